@@ -1,0 +1,182 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+)
+
+// ReaderConfig configures a Reader.
+type ReaderConfig struct {
+	Metadata Metadata
+	// SpeculativeTicks: when a replica has not answered within this many
+	// ticks, the next replica is asked too; default 2.
+	SpeculativeTicks int
+	// TimeoutTicks: an unanswered read counts as failed; default 10.
+	TimeoutTicks int
+	// MaxInFlight bounds entries being read at once; default 64.
+	MaxInFlight int
+}
+
+// ReadResult is one entry read, delivered in entry order.
+type ReadResult struct {
+	EntryID int64
+	Payload []byte
+	Err     error
+}
+
+// Reader reads a range of entries: each from its write quorum (striping
+// sends consecutive entries to different bookies), falling back to the other
+// replicas on failure and asking the next one speculatively when a replica
+// is slow. A deterministic state machine like Writer.
+type Reader struct {
+	cfg     ReaderConfig
+	md      Metadata
+	tick    int64
+	lastID  uint64
+	next    int64 // next entry to start reading
+	last    int64 // last entry wanted
+	deliver int64 // next entry to deliver
+	reads   map[int64]*entryRead
+	byReq   map[uint64]int64
+	ready   []ReadResult
+	out     []Request
+}
+
+type entryRead struct {
+	replicas []BookieID
+	tried    int            // replicas asked so far
+	asked    map[uint64]int // request → sent tick
+	failures int
+	result   *ReadResult
+}
+
+// NewReader returns a reader of entries first..last of the ledger.
+func NewReader(cfg ReaderConfig, first, last int64) *Reader {
+	if cfg.SpeculativeTicks == 0 {
+		cfg.SpeculativeTicks = 2
+	}
+	if cfg.TimeoutTicks == 0 {
+		cfg.TimeoutTicks = 10
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 64
+	}
+	r := &Reader{cfg: cfg, md: cfg.Metadata.Clone(), next: first, last: last, deliver: first,
+		reads: map[int64]*entryRead{}, byReq: map[uint64]int64{}}
+	r.fill()
+	return r
+}
+
+// Done reports whether every entry was delivered.
+func (r *Reader) Done() bool { return r.deliver > r.last }
+
+// Ready returns requests to send and results to deliver (in entry order).
+func (r *Reader) Ready() ([]Request, []ReadResult) {
+	out, res := r.out, r.ready
+	r.out, r.ready = nil, nil
+	return out, res
+}
+
+func (r *Reader) fill() {
+	for r.next <= r.last && len(r.reads) < r.cfg.MaxInFlight {
+		e := &entryRead{replicas: r.md.WriteQuorumBookies(r.next), asked: map[uint64]int{}}
+		r.reads[r.next] = e
+		r.ask(r.next, e)
+		r.next++
+	}
+}
+
+// ask sends the read to the next replica not yet asked.
+func (r *Reader) ask(entry int64, e *entryRead) bool {
+	if e.tried >= len(e.replicas) {
+		return false
+	}
+	r.lastID++
+	e.asked[r.lastID] = int(r.tick)
+	r.byReq[r.lastID] = entry
+	r.out = append(r.out, Request{ID: r.lastID, To: e.replicas[e.tried], Kind: RequestRead, LedgerID: r.md.ID, EntryID: entry})
+	e.tried++
+	return true
+}
+
+// Step feeds a bookie's answer.
+func (r *Reader) Step(resp Response) {
+	entry, ok := r.byReq[resp.ID]
+	if !ok {
+		return
+	}
+	delete(r.byReq, resp.ID)
+	e := r.reads[entry]
+	if e == nil || e.result != nil {
+		return
+	}
+	delete(e.asked, resp.ID)
+	if resp.Status == StatusOK {
+		payload, _, err := DecodeEntry(r.md.ID, entry, resp.Payload)
+		if err == nil {
+			e.result = &ReadResult{EntryID: entry, Payload: payload}
+			r.flush()
+			return
+		}
+	}
+	e.failures++
+	r.failOver(entry, e)
+}
+
+func (r *Reader) failOver(entry int64, e *entryRead) {
+	if r.ask(entry, e) {
+		return
+	}
+	if len(e.asked) == 0 {
+		e.result = &ReadResult{EntryID: entry, Err: fmt.Errorf("ledger %d entry %d: no replica of %v answered", r.md.ID, entry, e.replicas)}
+		r.flush()
+	}
+}
+
+func (r *Reader) flush() {
+	for {
+		e := r.reads[r.deliver]
+		if e == nil || e.result == nil {
+			break
+		}
+		r.ready = append(r.ready, *e.result)
+		for id := range e.asked {
+			delete(r.byReq, id)
+		}
+		delete(r.reads, r.deliver)
+		r.deliver++
+	}
+	r.fill()
+}
+
+// Tick advances logical time: speculative reads and timeouts.
+func (r *Reader) Tick() {
+	r.tick++
+	entries := make([]int64, 0, len(r.reads))
+	for id := range r.reads {
+		entries = append(entries, id)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i] < entries[j] })
+	for _, entry := range entries {
+		e := r.reads[entry]
+		if e.result != nil {
+			continue
+		}
+		asked := make([]uint64, 0, len(e.asked))
+		for id := range e.asked {
+			asked = append(asked, id)
+		}
+		sort.Slice(asked, func(i, j int) bool { return asked[i] < asked[j] })
+		for _, id := range asked {
+			age := int(r.tick) - e.asked[id]
+			if age >= r.cfg.TimeoutTicks {
+				delete(e.asked, id)
+				delete(r.byReq, id)
+				e.failures++
+				r.failOver(entry, e)
+			} else if age == r.cfg.SpeculativeTicks {
+				r.ask(entry, e)
+			}
+		}
+	}
+}

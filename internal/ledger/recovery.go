@@ -1,0 +1,435 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"quire/internal/meta"
+)
+
+// RecoveryConfig configures a Recovery.
+type RecoveryConfig struct {
+	LedgerID int64
+	// RequestTimeoutTicks: an unanswered request counts as failed after this
+	// many ticks; default 10.
+	RequestTimeoutTicks int
+	// RetryTicks: delay before resending a failed request or metadata op; default 3.
+	RetryTicks int
+	Mutants    Mutants
+}
+
+type recoveryPhase int
+
+const (
+	phaseReadMetadata recoveryPhase = iota
+	phaseMarkInRecovery
+	phaseFence
+	phaseRead
+	phaseClose
+	phaseDone
+)
+
+func (p recoveryPhase) String() string {
+	return [...]string{"read-metadata", "mark-in-recovery", "fence", "read", "close", "done"}[p]
+}
+
+// Recovery closes a ledger whose writer may be gone or may be a zombie:
+// CAS OPEN→IN_RECOVERY; fence the last fragment's bookies until Qw−Qa+1 of
+// every write quorum answered; read forward from the highest LAC with fencing
+// reads until an entry is provably absent; re-replicate what it found to the
+// write quorum; CAS to CLOSED. Concurrent recoveries converge because only
+// one CAS to CLOSED can succeed and the others adopt it.
+type Recovery struct {
+	cfg     RecoveryConfig
+	phase   recoveryPhase
+	md      Metadata
+	version meta.Version
+	tick    int64
+	lastID  uint64
+	metaOp  uint64
+	retryAt int64 // tick to resend the metadata op; 0 = none
+	err     error
+
+	outstanding map[uint64]recoveryRequest
+	retries     []recoveryRequest // failed requests to resend at retryTick
+	retryTick   int64
+
+	// Fence phase.
+	fenced map[int]bool // ensemble index of the last fragment → answered
+	maxLAC int64
+
+	// Read phase. Invariant: entries in (firstRead, nextRead) were found.
+	firstRead int64
+	nextRead  int64 // the entry being looked up
+	readState *entryLookup
+	found     map[int64]*recoveredEntry
+	lastEntry int64 // -2 until the end is known
+	length    int64
+
+	ready Ready
+}
+
+type recoveryRequest struct {
+	req      Request
+	index    int // ensemble index (fence) or -1
+	sentTick int64
+}
+
+type entryLookup struct {
+	entry     int64
+	negatives map[BookieID]bool
+	failed    map[BookieID]bool
+}
+
+type recoveredEntry struct {
+	data   []byte
+	acked  map[BookieID]bool
+	length int64
+}
+
+// NewRecovery returns a recovery; call Start to begin.
+func NewRecovery(cfg RecoveryConfig) *Recovery {
+	if cfg.RequestTimeoutTicks == 0 {
+		cfg.RequestTimeoutTicks = 10
+	}
+	if cfg.RetryTicks == 0 {
+		cfg.RetryTicks = 3
+	}
+	return &Recovery{cfg: cfg, outstanding: map[uint64]recoveryRequest{}, lastEntry: -2}
+}
+
+// Done reports whether recovery finished: the CLOSED metadata, or an error.
+func (r *Recovery) Done() (bool, Metadata, error) {
+	if r.phase != phaseDone {
+		return false, Metadata{}, nil
+	}
+	return true, r.md.Clone(), r.err
+}
+
+// Phase names the current step (diagnostics and traces).
+func (r *Recovery) Phase() string { return r.phase.String() }
+
+func (r *Recovery) nextOpID() uint64 {
+	r.lastID++
+	return r.lastID
+}
+
+// Ready collects outputs; see Writer.Ready.
+func (r *Recovery) Ready() Ready {
+	out := r.ready
+	r.ready = Ready{}
+	return out
+}
+
+// Start reads the ledger's metadata.
+func (r *Recovery) Start() {
+	r.phase = phaseReadMetadata
+	r.metaOp = r.nextOpID()
+	r.ready.MetaOps = append(r.ready.MetaOps, MetaOp{ID: r.metaOp, Kind: MetaRead, LedgerID: r.cfg.LedgerID})
+}
+
+// StepMeta feeds a metadata result.
+func (r *Recovery) StepMeta(res MetaResult) {
+	if res.ID != r.metaOp || r.phase == phaseDone {
+		return
+	}
+	r.metaOp = 0
+	if res.Err != nil && !errors.Is(res.Err, meta.ErrBadVersion) {
+		if errors.Is(res.Err, meta.ErrNotFound) && r.phase == phaseReadMetadata {
+			r.finish(fmt.Errorf("recover ledger %d: %w", r.cfg.LedgerID, res.Err))
+			return
+		}
+		r.retryAt = r.tick + int64(r.cfg.RetryTicks) // store unreachable: retry the same step
+		return
+	}
+	switch r.phase {
+	case phaseReadMetadata:
+		r.md, r.version = res.Metadata.Clone(), res.Version
+		switch r.md.State {
+		case StateClosed:
+			r.finish(nil) // opening a CLOSED ledger reads only its metadata
+		case StateOpen:
+			r.phase = phaseMarkInRecovery
+			r.sendMeta()
+		default:
+			r.startFence()
+		}
+	case phaseMarkInRecovery:
+		if res.Err != nil { // lost the CAS: look again
+			r.Start()
+			return
+		}
+		r.md, r.version = res.Metadata.Clone(), res.Version
+		r.startFence()
+	case phaseClose:
+		if res.Err == nil {
+			r.md, r.version = res.Metadata.Clone(), res.Version
+			r.finish(nil)
+			return
+		}
+		// Lost the CAS: read what is there now, then decide.
+		r.phase = phaseReadMetadata
+		r.metaOp = r.nextOpID()
+		r.ready.MetaOps = append(r.ready.MetaOps, MetaOp{ID: r.metaOp, Kind: MetaRead, LedgerID: r.cfg.LedgerID})
+	}
+}
+
+// sendMeta sends (or resends) the metadata operation of the current phase.
+func (r *Recovery) sendMeta() {
+	r.metaOp = r.nextOpID()
+	switch r.phase {
+	case phaseReadMetadata:
+		r.ready.MetaOps = append(r.ready.MetaOps, MetaOp{ID: r.metaOp, Kind: MetaRead, LedgerID: r.cfg.LedgerID})
+	case phaseMarkInRecovery:
+		next := r.md.Clone()
+		next.State = StateInRecovery
+		r.ready.MetaOps = append(r.ready.MetaOps, MetaOp{ID: r.metaOp, Kind: MetaWrite, LedgerID: r.cfg.LedgerID, Metadata: next, Expected: r.version})
+	case phaseClose:
+		next := r.md.Clone()
+		next.State, next.LastEntryID, next.Length = StateClosed, r.lastEntry, r.length
+		r.ready.MetaOps = append(r.ready.MetaOps, MetaOp{ID: r.metaOp, Kind: MetaWrite, LedgerID: r.cfg.LedgerID, Metadata: next, Expected: r.version})
+	}
+}
+
+func (r *Recovery) finish(err error) {
+	r.phase, r.err = phaseDone, err
+	r.outstanding = map[uint64]recoveryRequest{}
+	r.retries = nil
+}
+
+func (r *Recovery) lastEnsemble() []BookieID { return r.md.Fragments[len(r.md.Fragments)-1].Ensemble }
+
+func (r *Recovery) fenceFlag() bool { return !r.cfg.Mutants.NoFenceRecoveryRead }
+
+// startFence asks every bookie of the last fragment for its LAC with the
+// fence flag: from then on they reject the old writer's adds.
+func (r *Recovery) startFence() {
+	r.phase = phaseFence
+	r.fenced = map[int]bool{}
+	r.maxLAC = -1
+	r.readState, r.found, r.lastEntry, r.length = nil, nil, -2, 0
+	for idx, b := range r.lastEnsemble() {
+		r.send(Request{To: b, Kind: RequestRead, LedgerID: r.cfg.LedgerID, EntryID: -1, Fence: r.fenceFlag()}, idx)
+	}
+}
+
+func (r *Recovery) send(req Request, index int) {
+	req.ID = r.nextOpID()
+	r.outstanding[req.ID] = recoveryRequest{req: req, index: index, sentTick: r.tick}
+	r.ready.Requests = append(r.ready.Requests, req)
+}
+
+// fenceComplete: every write quorum of the last fragment has at least
+// Qw−Qa+1 fenced members, so no write quorum has Qa unfenced members left
+// and the old writer can never again gather an ack quorum.
+func (r *Recovery) fenceComplete() bool {
+	need := r.md.WriteQuorum - r.md.AckQuorum + 1
+	if r.cfg.Mutants.WeakFence {
+		need--
+	}
+	for start := 0; start < r.md.EnsembleSize; start++ {
+		n := 0
+		for _, idx := range WriteSet(int64(start), r.md.EnsembleSize, r.md.WriteQuorum) {
+			if r.fenced[idx] {
+				n++
+			}
+		}
+		if n < need {
+			return false
+		}
+	}
+	return true
+}
+
+// Step feeds a bookie's response.
+func (r *Recovery) Step(resp Response) {
+	o, ok := r.outstanding[resp.ID]
+	if !ok {
+		return
+	}
+	delete(r.outstanding, resp.ID)
+	switch {
+	case r.phase == phaseFence && o.req.EntryID == -1 && o.req.Kind == RequestRead:
+		r.stepFence(o, resp)
+	case r.phase == phaseRead && o.req.Kind == RequestRead:
+		r.stepRead(o, resp)
+	case o.req.Kind == RequestAdd:
+		r.stepWrite(o, resp)
+	}
+}
+
+func (r *Recovery) stepFence(o recoveryRequest, resp Response) {
+	switch resp.Status {
+	case StatusOK, StatusNoSuchLedger:
+		r.fenced[o.index] = true
+		if resp.Status == StatusOK && resp.LastAddConfirmed > r.maxLAC {
+			r.maxLAC = resp.LastAddConfirmed
+		}
+	default:
+		r.retry(o)
+		return
+	}
+	if !r.fenceComplete() {
+		return
+	}
+	// Entries before the last fragment were all acknowledged when it was
+	// created; never start below that (a LAC of −1 on a multi-fragment
+	// ledger must not send recovery back to entry 0 — BookKeeper issue 2615).
+	start := r.maxLAC
+	if first := r.md.Fragments[len(r.md.Fragments)-1].FirstEntry - 1; first > start {
+		start = first
+	}
+	if start < 0 {
+		start = 0
+	}
+	r.phase = phaseRead
+	r.found = map[int64]*recoveredEntry{}
+	r.firstRead = start
+	r.lookup(start)
+}
+
+// lookup asks entry's write quorum for it, with the fence flag.
+func (r *Recovery) lookup(entry int64) {
+	r.nextRead = entry
+	r.readState = &entryLookup{entry: entry, negatives: map[BookieID]bool{}, failed: map[BookieID]bool{}}
+	for _, b := range r.md.WriteQuorumBookies(entry) {
+		r.send(Request{To: b, Kind: RequestRead, LedgerID: r.cfg.LedgerID, EntryID: entry, Fence: r.fenceFlag()}, -1)
+	}
+}
+
+func (r *Recovery) stepRead(o recoveryRequest, resp Response) {
+	ls := r.readState
+	if ls == nil || o.req.EntryID != ls.entry {
+		return // a late answer about an entry already decided
+	}
+	switch resp.Status {
+	case StatusOK:
+		_, length, err := DecodeEntry(r.cfg.LedgerID, ls.entry, resp.Payload)
+		if err != nil {
+			ls.failed[resp.From] = true
+			r.retry(o)
+			return
+		}
+		r.found[ls.entry] = &recoveredEntry{data: resp.Payload, acked: map[BookieID]bool{}, length: length}
+		r.length = length
+		r.replicate(ls.entry)
+		r.lookup(ls.entry + 1)
+	case StatusNoSuchEntry, StatusNoSuchLedger:
+		ls.negatives[resp.From] = true
+		// An acknowledged entry is on at least Qa of its Qw bookies, so
+		// Qw−Qa+1 bookies without it prove it was never acknowledged.
+		if len(ls.negatives) >= r.md.WriteQuorum-r.md.AckQuorum+1 {
+			r.readState = nil
+			r.lastEntry = ls.entry - 1
+			if ls.entry-1 < r.firstRead {
+				// Nothing at or after the starting point: the length is
+				// unknown from entries; keep the LAC entry's if we saw it.
+				r.length = r.lengthBefore(ls.entry)
+			}
+			r.maybeClose()
+		}
+	default:
+		r.retry(o)
+	}
+}
+
+// lengthBefore returns the cumulative length through entry-1 when known.
+func (r *Recovery) lengthBefore(entry int64) int64 {
+	if e := r.found[entry-1]; e != nil {
+		return e.length
+	}
+	return r.length
+}
+
+// replicate writes a found entry to every bookie of its write quorum with the
+// recovery flag (accepted by fenced bookies).
+func (r *Recovery) replicate(entry int64) {
+	e := r.found[entry]
+	for _, b := range r.md.WriteQuorumBookies(entry) {
+		r.send(Request{To: b, Kind: RequestAdd, LedgerID: r.cfg.LedgerID, EntryID: entry,
+			LastAddConfirmed: r.maxLAC, Payload: e.data, Recovery: true}, -1)
+	}
+}
+
+func (r *Recovery) stepWrite(o recoveryRequest, resp Response) {
+	e := r.found[o.req.EntryID]
+	if e == nil {
+		return
+	}
+	if resp.Status != StatusOK {
+		r.retry(o)
+		return
+	}
+	e.acked[resp.From] = true
+	r.maybeClose()
+}
+
+// maybeClose closes the ledger once its end is known and every found entry
+// is confirmed by an ack quorum.
+func (r *Recovery) maybeClose() {
+	if r.phase != phaseRead || r.lastEntry == -2 {
+		return
+	}
+	for _, e := range r.found {
+		if len(e.acked) < r.md.AckQuorum {
+			return
+		}
+	}
+	r.phase = phaseClose
+	r.sendMeta()
+}
+
+// retry schedules a failed request to be sent again.
+func (r *Recovery) retry(o recoveryRequest) {
+	r.retries = append(r.retries, o)
+	if r.retryTick == 0 {
+		r.retryTick = r.tick + int64(r.cfg.RetryTicks)
+	}
+}
+
+// Tick advances logical time: requests time out and are retried.
+func (r *Recovery) Tick() {
+	r.tick++
+	if r.phase == phaseDone {
+		return
+	}
+	ids := make([]uint64, 0)
+	for id, o := range r.outstanding {
+		if r.tick-o.sentTick >= int64(r.cfg.RequestTimeoutTicks) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		o := r.outstanding[id]
+		delete(r.outstanding, id)
+		r.retry(o)
+	}
+	if r.retryTick != 0 && r.tick >= r.retryTick {
+		retries := r.retries
+		r.retries, r.retryTick = nil, 0
+		for _, o := range retries {
+			if r.stillWanted(o) {
+				r.send(o.req, o.index)
+			}
+		}
+	}
+	if r.retryAt != 0 && r.tick >= r.retryAt && r.metaOp == 0 {
+		r.retryAt = 0
+		r.sendMeta()
+	}
+}
+
+// stillWanted drops retries that the protocol no longer needs.
+func (r *Recovery) stillWanted(o recoveryRequest) bool {
+	switch {
+	case o.req.Kind == RequestRead && o.req.EntryID == -1:
+		return r.phase == phaseFence && !r.fenced[o.index]
+	case o.req.Kind == RequestRead:
+		return r.phase == phaseRead && r.readState != nil && r.readState.entry == o.req.EntryID
+	default:
+		e := r.found[o.req.EntryID]
+		return r.phase == phaseRead && e != nil && !e.acked[o.req.To]
+	}
+}

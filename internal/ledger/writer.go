@@ -1,0 +1,506 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"quire/internal/meta"
+)
+
+// Mutants break the protocol on purpose so the simulator's checkers can be
+// seen failing. Never set outside tests and `quire sim --mutant`.
+type Mutants struct {
+	// WeakFence: recovery waits for only Qw−Qa fence responses per write quorum.
+	WeakFence bool
+	// NoFenceRecoveryRead: recovery reads without the fence flag (BookKeeper issue 2614).
+	NoFenceRecoveryRead bool
+	// UnorderedAck: the writer acknowledges an entry before earlier ones.
+	UnorderedAck bool
+	// EnsembleChangeIgnoresRecovery: an ensemble change that loses its CAS
+	// re-applies itself on whatever it reads, without checking for IN_RECOVERY.
+	EnsembleChangeIgnoresRecovery bool
+}
+
+// WriterConfig configures a Writer.
+type WriterConfig struct {
+	// Metadata of a ledger in state OPEN, as created, and its version.
+	Metadata Metadata
+	Version  meta.Version
+	// Cluster is the placement view (updated later with SetCluster).
+	Cluster []BookieInfo
+	// MaxInFlight bounds entries added but not yet acknowledged; default 1000.
+	MaxInFlight int
+	// RequestTimeoutTicks: a bookie that has not answered an add within this
+	// many ticks is treated as failed; default 10.
+	RequestTimeoutTicks int
+	// RetryTicks: delay before retrying a metadata operation that could not
+	// run or an ensemble change that found no bookies; default 5.
+	RetryTicks int
+	Mutants    Mutants
+}
+
+type writerState int
+
+const (
+	writerOpen writerState = iota
+	writerClosing
+	writerClosed
+	writerFenced
+)
+
+// Writer is the single writer of one ledger, as a deterministic state
+// machine. Entries are striped over the ensemble, acknowledged once Qa
+// bookies of their write quorum confirmed them and every earlier entry is
+// acknowledged, and a failed bookie is replaced by an ensemble change recorded
+// with a CAS on the ledger's metadata.
+type Writer struct {
+	cfg     WriterConfig
+	md      Metadata
+	version meta.Version
+	cluster []BookieInfo
+	state   writerState
+	tick    int64
+	lastID  uint64
+
+	// Invariant: lastAddConfirmed < every key of pending < nextEntry.
+	nextEntry        int64
+	lastAddConfirmed int64
+	length           int64 // payload bytes of entries 0..lastAddConfirmed
+	assignedLength   int64 // payload bytes of entries 0..nextEntry-1
+	pending          map[int64]*pendingEntry
+	outstanding      map[uint64]outstandingAdd
+
+	// failed holds ensemble indexes (of the last fragment) whose bookie failed
+	// and awaits replacement; their acks no longer count.
+	failed map[int]bool
+	// bad lists every bookie that ever failed for this writer: never chosen again.
+	bad map[BookieID]bool
+
+	change      *ensembleChange
+	closeOp     uint64
+	closeRead   uint64
+	retryAt     int64 // tick at which a blocked change or close retries; 0 = none
+	closeResult error
+
+	ready Ready
+}
+
+type pendingEntry struct {
+	id     int64
+	data   []byte       // framed entry
+	acked  map[int]bool // ensemble index → confirmed
+	sentTo map[int]uint64
+	done   bool // acknowledged to the caller (only early under UnorderedAck)
+}
+
+type outstandingAdd struct {
+	entry    int64
+	index    int
+	sentTick int64
+}
+
+type ensembleChange struct {
+	op       uint64 // the CAS in flight, or the read after a lost CAS
+	reading  bool
+	proposal Metadata
+	replaced map[int]BookieID // index → new bookie
+}
+
+// NewWriter returns a writer for an OPEN ledger that it created.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	if err := cfg.Metadata.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Metadata.State != StateOpen {
+		return nil, fmt.Errorf("ledger %d: writer needs an OPEN ledger, it is %s", cfg.Metadata.ID, cfg.Metadata.State)
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 1000
+	}
+	if cfg.RequestTimeoutTicks == 0 {
+		cfg.RequestTimeoutTicks = 10
+	}
+	if cfg.RetryTicks == 0 {
+		cfg.RetryTicks = 5
+	}
+	return &Writer{
+		cfg:              cfg,
+		md:               cfg.Metadata.Clone(),
+		version:          cfg.Version,
+		cluster:          cfg.Cluster,
+		lastAddConfirmed: -1,
+		pending:          map[int64]*pendingEntry{},
+		outstanding:      map[uint64]outstandingAdd{},
+		failed:           map[int]bool{},
+		bad:              map[BookieID]bool{},
+	}, nil
+}
+
+// LastAddConfirmed is the highest entry acknowledged to the caller in order.
+func (w *Writer) LastAddConfirmed() int64 { return w.lastAddConfirmed }
+
+// Metadata is the writer's current view of the ledger's record.
+func (w *Writer) Metadata() (Metadata, meta.Version) { return w.md.Clone(), w.version }
+
+// Closed reports whether the ledger is closed (err nil) or the writer ended
+// otherwise (ErrFenced); false while still open or closing.
+func (w *Writer) Closed() (bool, error) {
+	switch w.state {
+	case writerClosed:
+		return true, w.closeResult
+	case writerFenced:
+		return true, ErrFenced
+	}
+	return false, nil
+}
+
+// Pending counts entries added but not yet acknowledged.
+func (w *Writer) Pending() int { return len(w.pending) }
+
+// SetCluster updates the placement view; a blocked ensemble change retries.
+func (w *Writer) SetCluster(cluster []BookieInfo) {
+	w.cluster = cluster
+	if w.change == nil && len(w.failed) > 0 {
+		w.startEnsembleChange()
+	}
+}
+
+// Ready returns and clears the outputs accumulated so far.
+func (w *Writer) Ready() Ready {
+	r := w.ready
+	w.ready = Ready{}
+	return r
+}
+
+func (w *Writer) nextOpID() uint64 {
+	w.lastID++
+	return w.lastID
+}
+
+// Add appends payload as the next entry and returns its id. The outcome
+// comes later as an Ack, in entry order.
+func (w *Writer) Add(payload []byte) (int64, error) {
+	switch w.state {
+	case writerFenced:
+		return 0, ErrFenced
+	case writerClosing, writerClosed:
+		return 0, ErrClosed
+	}
+	if len(w.pending) >= w.cfg.MaxInFlight {
+		return 0, ErrTooManyInFlight
+	}
+	id := w.nextEntry
+	w.nextEntry++
+	w.assignedLength += int64(len(payload))
+	p := &pendingEntry{
+		id:     id,
+		data:   EncodeEntry(w.md.ID, id, w.assignedLength, payload),
+		acked:  map[int]bool{},
+		sentTo: map[int]uint64{},
+	}
+	w.pending[id] = p
+	if w.change == nil {
+		w.send(p)
+	}
+	return id, nil
+}
+
+// send writes p to every member of its write quorum it has not been sent to
+// in the current ensemble (all of them for a new entry; the replacements
+// after an ensemble change).
+func (w *Writer) send(p *pendingEntry) {
+	ensemble := w.md.Fragments[len(w.md.Fragments)-1].Ensemble
+	for _, idx := range WriteSet(p.id, w.md.EnsembleSize, w.md.WriteQuorum) {
+		if p.sentTo[idx] != 0 || w.failed[idx] {
+			continue
+		}
+		id := w.nextOpID()
+		p.sentTo[idx] = id
+		w.outstanding[id] = outstandingAdd{entry: p.id, index: idx, sentTick: w.tick}
+		w.ready.Requests = append(w.ready.Requests, Request{
+			ID: id, To: ensemble[idx], Kind: RequestAdd, LedgerID: w.md.ID, EntryID: p.id,
+			LastAddConfirmed: w.lastAddConfirmed, Payload: p.data,
+		})
+	}
+}
+
+// Step feeds a bookie's response to an add.
+func (w *Writer) Step(r Response) {
+	o, ok := w.outstanding[r.ID]
+	if !ok {
+		return // timed out already, or superseded
+	}
+	delete(w.outstanding, r.ID)
+	p := w.pending[o.entry]
+	if p == nil || p.sentTo[o.index] != r.ID || w.state == writerFenced {
+		return
+	}
+	switch r.Status {
+	case StatusOK:
+		if !w.failed[o.index] {
+			p.acked[o.index] = true
+			w.advance()
+		}
+	case StatusFenced:
+		w.fence()
+	default:
+		w.bookieFailed(o.index)
+	}
+}
+
+// advance acknowledges entries that reached the ack quorum, strictly in order.
+func (w *Writer) advance() {
+	if w.cfg.Mutants.UnorderedAck {
+		ids := w.pendingIDs()
+		for _, id := range ids {
+			p := w.pending[id]
+			if !p.done && len(p.acked) >= w.md.AckQuorum {
+				p.done = true
+				w.ready.Acks = append(w.ready.Acks, Ack{EntryID: id})
+			}
+		}
+	}
+	for {
+		p := w.pending[w.lastAddConfirmed+1]
+		if p == nil || len(p.acked) < w.md.AckQuorum {
+			break
+		}
+		delete(w.pending, p.id)
+		for id := range p.sentTo {
+			delete(w.outstanding, p.sentTo[id])
+		}
+		w.lastAddConfirmed = p.id
+		_, w.length, _ = DecodeEntry(w.md.ID, p.id, p.data)
+		if !p.done {
+			w.ready.Acks = append(w.ready.Acks, Ack{EntryID: p.id})
+		}
+	}
+	w.maybeClose()
+}
+
+func (w *Writer) pendingIDs() []int64 {
+	ids := make([]int64, 0, len(w.pending))
+	for id := range w.pending {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// fence ends the writer: a bookie or the metadata says a new owner took over.
+func (w *Writer) fence() {
+	if w.state == writerFenced || w.state == writerClosed {
+		return
+	}
+	w.state = writerFenced
+	for _, id := range w.pendingIDs() {
+		if !w.pending[id].done {
+			w.ready.Acks = append(w.ready.Acks, Ack{EntryID: id, Err: ErrFenced})
+		}
+	}
+	w.pending = map[int64]*pendingEntry{}
+	w.outstanding = map[uint64]outstandingAdd{}
+	w.change = nil
+}
+
+// bookieFailed stops counting the bookie at index and replaces it.
+func (w *Writer) bookieFailed(index int) {
+	if w.state == writerFenced || w.state == writerClosed || w.failed[index] {
+		return
+	}
+	w.failed[index] = true
+	w.bad[w.md.Fragments[len(w.md.Fragments)-1].Ensemble[index]] = true
+	for _, p := range w.pending {
+		delete(p.acked, index)
+	}
+	if w.change == nil {
+		w.startEnsembleChange()
+	}
+}
+
+// startEnsembleChange proposes a new fragment from the first unacknowledged
+// entry with every failed bookie replaced, as a CAS on the metadata.
+func (w *Writer) startEnsembleChange() {
+	proposal, replaced, err := w.propose(w.md)
+	if err != nil {
+		w.retryAt = w.tick + int64(w.cfg.RetryTicks)
+		return
+	}
+	w.retryAt = 0
+	w.change = &ensembleChange{op: w.nextOpID(), proposal: proposal, replaced: replaced}
+	w.ready.MetaOps = append(w.ready.MetaOps, MetaOp{ID: w.change.op, Kind: MetaWrite, LedgerID: w.md.ID, Metadata: proposal, Expected: w.version})
+}
+
+func (w *Writer) propose(base Metadata) (Metadata, map[int]BookieID, error) {
+	proposal := base.Clone()
+	last := proposal.Fragments[len(proposal.Fragments)-1]
+	ensemble := append([]BookieID(nil), w.md.Fragments[len(w.md.Fragments)-1].Ensemble...)
+	replaced := map[int]BookieID{}
+	indexes := make([]int, 0, len(w.failed))
+	for idx := range w.failed {
+		indexes = append(indexes, idx)
+	}
+	sort.Ints(indexes)
+	for _, idx := range indexes {
+		b, err := ReplaceBookie(w.cluster, ensemble, idx, w.md.WriteQuorum, w.bad, w.md.ID)
+		if err != nil {
+			return Metadata{}, nil, err
+		}
+		ensemble[idx] = b
+		replaced[idx] = b
+	}
+	first := w.lastAddConfirmed + 1
+	if last.FirstEntry >= first {
+		proposal.Fragments[len(proposal.Fragments)-1] = Fragment{FirstEntry: last.FirstEntry, Ensemble: ensemble}
+	} else {
+		proposal.Fragments = append(proposal.Fragments, Fragment{FirstEntry: first, Ensemble: ensemble})
+	}
+	return proposal, replaced, nil
+}
+
+// StepMeta feeds the result of a metadata operation.
+func (w *Writer) StepMeta(r MetaResult) {
+	switch {
+	case w.change != nil && r.ID == w.change.op:
+		w.stepChange(r)
+	case r.ID == w.closeOp && w.closeOp != 0:
+		w.stepClose(r)
+	case r.ID == w.closeRead && w.closeRead != 0:
+		w.stepCloseRead(r)
+	}
+}
+
+func (w *Writer) stepChange(r MetaResult) {
+	c := w.change
+	if c.reading {
+		if r.Err != nil {
+			w.change, w.retryAt = nil, w.tick+int64(w.cfg.RetryTicks)
+			return
+		}
+		if r.Metadata.State != StateOpen && !w.cfg.Mutants.EnsembleChangeIgnoresRecovery {
+			// A recovery started: this writer is no longer the owner.
+			w.fence()
+			return
+		}
+		base := r.Metadata.Clone()
+		base.State, base.LastEntryID, base.Length = StateOpen, -1, 0 // only the mutant gets here with another state
+		w.version = r.Version
+		proposal, replaced, err := w.propose(base)
+		if err != nil {
+			w.change, w.retryAt = nil, w.tick+int64(w.cfg.RetryTicks)
+			return
+		}
+		w.change = &ensembleChange{op: w.nextOpID(), proposal: proposal, replaced: replaced}
+		w.ready.MetaOps = append(w.ready.MetaOps, MetaOp{ID: w.change.op, Kind: MetaWrite, LedgerID: w.md.ID, Metadata: proposal, Expected: w.version})
+		return
+	}
+	switch {
+	case r.Err == nil:
+		w.md, w.version = c.proposal, r.Version
+		w.change = nil
+		for idx := range c.replaced {
+			delete(w.failed, idx)
+		}
+		for _, id := range w.pendingIDs() {
+			p := w.pending[id]
+			for idx := range c.replaced {
+				if reqID, ok := p.sentTo[idx]; ok {
+					delete(w.outstanding, reqID)
+					delete(p.sentTo, idx)
+				}
+			}
+			w.send(p)
+		}
+		if len(w.failed) > 0 {
+			w.startEnsembleChange()
+		}
+		w.maybeClose()
+	case errors.Is(r.Err, meta.ErrBadVersion), errors.Is(r.Err, meta.ErrNotFound):
+		c.op, c.reading = w.nextOpID(), true
+		w.ready.MetaOps = append(w.ready.MetaOps, MetaOp{ID: c.op, Kind: MetaRead, LedgerID: w.md.ID})
+	default:
+		// The store is unreachable: keep the pending entries and retry.
+		w.change, w.retryAt = nil, w.tick+int64(w.cfg.RetryTicks)
+	}
+}
+
+// Tick advances logical time: adds unanswered for RequestTimeoutTicks fail
+// their bookie; blocked changes and closes retry.
+func (w *Writer) Tick() {
+	w.tick++
+	if w.state == writerFenced || w.state == writerClosed {
+		return
+	}
+	var timedOut []int
+	for id, o := range w.outstanding {
+		if w.tick-o.sentTick >= int64(w.cfg.RequestTimeoutTicks) {
+			delete(w.outstanding, id)
+			if p := w.pending[o.entry]; p != nil && p.sentTo[o.index] == id {
+				timedOut = append(timedOut, o.index)
+			}
+		}
+	}
+	sort.Ints(timedOut)
+	for _, idx := range timedOut {
+		w.bookieFailed(idx)
+	}
+	if w.retryAt != 0 && w.tick >= w.retryAt {
+		w.retryAt = 0
+		if w.change == nil && len(w.failed) > 0 {
+			w.startEnsembleChange()
+		}
+		w.maybeClose()
+	}
+}
+
+// Close stops accepting adds; once every pending entry is resolved the
+// ledger is closed with a CAS to CLOSED at the last acknowledged entry.
+func (w *Writer) Close() {
+	if w.state == writerOpen {
+		w.state = writerClosing
+	}
+	w.maybeClose()
+}
+
+func (w *Writer) maybeClose() {
+	if w.state != writerClosing || len(w.pending) > 0 || w.change != nil || w.closeOp != 0 || w.closeRead != 0 {
+		return
+	}
+	closed := w.md.Clone()
+	closed.State, closed.LastEntryID, closed.Length = StateClosed, w.lastAddConfirmed, w.length
+	w.closeOp = w.nextOpID()
+	w.ready.MetaOps = append(w.ready.MetaOps, MetaOp{ID: w.closeOp, Kind: MetaWrite, LedgerID: w.md.ID, Metadata: closed, Expected: w.version})
+}
+
+func (w *Writer) stepClose(r MetaResult) {
+	w.closeOp = 0
+	switch {
+	case r.Err == nil:
+		w.md, w.version, w.state = r.Metadata, r.Version, writerClosed
+	case errors.Is(r.Err, meta.ErrBadVersion), errors.Is(r.Err, meta.ErrNotFound):
+		w.closeRead = w.nextOpID()
+		w.ready.MetaOps = append(w.ready.MetaOps, MetaOp{ID: w.closeRead, Kind: MetaRead, LedgerID: w.md.ID})
+	default:
+		w.retryAt = w.tick + int64(w.cfg.RetryTicks)
+	}
+}
+
+func (w *Writer) stepCloseRead(r MetaResult) {
+	w.closeRead = 0
+	if r.Err != nil {
+		w.retryAt = w.tick + int64(w.cfg.RetryTicks)
+		return
+	}
+	switch r.Metadata.State {
+	case StateOpen:
+		w.version = r.Version
+		w.maybeClose()
+	case StateClosed:
+		// Someone recovered and closed it; it holds what we acknowledged if
+		// the protocol is right, which the checkers verify.
+		w.md, w.version, w.state = r.Metadata, r.Version, writerClosed
+	default:
+		w.fence()
+	}
+}
