@@ -1,0 +1,501 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"quire/internal/bookie/wire"
+)
+
+// ioBufferBytes sizes each connection's read and write buffers.
+const ioBufferBytes = 64 << 10
+
+// retainFrameBytes is the largest encode buffer a connection keeps between responses.
+const retainFrameBytes = 256 << 10
+
+// conn is one client connection: a reader goroutine (serve) that decodes requests and
+// dispatches them, a writer goroutine that writes queued responses, and workers for engine
+// calls that block (reads, fencing, deletes).
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	log *slog.Logger
+
+	kick  chan struct{} // cap 1: a response was queued (wakes the writer)
+	space chan struct{} // cap 1: the writer took the queue (wakes a reader waiting for room)
+	done  chan struct{} // closed by close
+
+	mu     sync.Mutex
+	closed bool
+	// queue holds responses for the writer. Invariant: len(queue) ≤ inFlight completions
+	// + MaxInFlightPerConn, because the reader stops reading while the queue is that long
+	// and only the engine's completions of admitted requests add to it otherwise.
+	queue []*wire.Response
+	// inFlight counts admitted requests whose response is not queued yet.
+	// Invariant: 0 ≤ inFlight ≤ MaxInFlightPerConn.
+	inFlight int
+	polls    map[*longPoll]struct{} // long polls waiting for a LAC; aborted on close
+	// workers counts goroutines that call the engine or respond for this connection.
+	// Invariant: workers.Add happens only under mu with closed false, so serve's Wait
+	// (after close) never races an Add.
+	workers sync.WaitGroup
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	return &conn{
+		s:     s,
+		nc:    nc,
+		log:   s.log.With("remote", nc.RemoteAddr().String()),
+		kick:  make(chan struct{}, 1),
+		space: make(chan struct{}, 1),
+		done:  make(chan struct{}),
+		polls: make(map[*longPoll]struct{}),
+	}
+}
+
+// serve runs the connection until it closes, then waits for its goroutines.
+func (c *conn) serve() {
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	c.readLoop()
+	c.close()
+	<-writerDone
+	c.workers.Wait()
+}
+
+func (c *conn) readLoop() {
+	fr := wire.NewFrameReader(bufio.NewReaderSize(c.nc, ioBufferBytes), c.s.cfg.MaxFrameBytes)
+	for c.waitForQueueSpace() {
+		req, err := fr.ReadRequest()
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF):
+				c.log.Debug("client closed connection")
+			case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge):
+				// The stream cannot be resynchronised after a bad frame: drop the connection.
+				c.s.metrics.badFrames.Inc()
+				c.log.Warn("closing connection after bad frame", "err", err)
+			default:
+				if !c.isClosed() {
+					c.log.Info("closing connection after read error", "err", err)
+				}
+			}
+			return
+		}
+		c.dispatch(req, time.Now())
+	}
+}
+
+// waitForQueueSpace blocks while MaxInFlightPerConn responses wait to be written, so a
+// client that does not read its responses is stopped by TCP flow control instead of
+// growing the queue. It reports false once the connection is closed.
+func (c *conn) waitForQueueSpace() bool {
+	for {
+		c.mu.Lock()
+		closed, full := c.closed, len(c.queue) >= c.s.cfg.MaxInFlightPerConn
+		c.mu.Unlock()
+		if closed {
+			return false
+		}
+		if !full {
+			return true
+		}
+		select {
+		case <-c.space:
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+func (c *conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// close stops the connection: no more reads, writes or queued responses. Requests still in
+// the engine complete into nothing. Safe to call many times, from any goroutine.
+func (c *conn) close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	polls := c.polls
+	c.polls = nil
+	c.queue = nil
+	c.mu.Unlock()
+	close(c.done)
+	c.nc.Close()
+	for lp := range polls {
+		lp.abort()
+	}
+}
+
+func kindOf(req *wire.Request) requestKind {
+	switch body := req.GetBody().(type) {
+	case *wire.Request_Add:
+		return kindAdd
+	case *wire.Request_Read:
+		if body.Read.GetFence() {
+			return kindFenceRead
+		}
+		return kindRead
+	case *wire.Request_LongPollRead:
+		return kindLongPollRead
+	case *wire.Request_BatchRead:
+		return kindBatchRead
+	case *wire.Request_DeleteLedger:
+		return kindDeleteLedger
+	default: // *wire.Request_Info; FrameReader admits no other body
+		return kindInfo
+	}
+}
+
+// dispatch starts one decoded request. It runs on the reader goroutine, so it must not
+// block: engine calls that may wait on disk go to a worker; adds go straight to the engine,
+// which keeps a connection's adds in arrival order.
+func (c *conn) dispatch(req *wire.Request, received time.Time) {
+	id, kind := req.GetRequestId(), kindOf(req)
+	if !c.admit() {
+		c.respond(kind, received, false, &wire.Response{
+			RequestId:    id,
+			Status:       wire.Status_TOO_MANY_REQUESTS,
+			ErrorMessage: fmt.Sprintf("more than %d requests in flight on this connection", c.s.cfg.MaxInFlightPerConn),
+		})
+		return
+	}
+	if msg := invalidReason(req); msg != "" {
+		c.respond(kind, received, true, &wire.Response{RequestId: id, Status: wire.Status_BAD_REQUEST, ErrorMessage: msg})
+		return
+	}
+	switch body := req.GetBody().(type) {
+	case *wire.Request_Add:
+		c.add(id, body.Add, received)
+	case *wire.Request_Read:
+		c.runWorker(kind, received, func() *wire.Response { return c.read(id, body.Read) })
+	case *wire.Request_LongPollRead:
+		c.longPollRead(id, body.LongPollRead, received)
+	case *wire.Request_BatchRead:
+		c.runWorker(kind, received, func() *wire.Response { return c.batchRead(id, body.BatchRead) })
+	case *wire.Request_DeleteLedger:
+		c.runWorker(kind, received, func() *wire.Response {
+			err := c.s.engine.DeleteLedger(body.DeleteLedger.GetLedgerId())
+			return c.answer(&wire.Response{RequestId: id, Body: &wire.Response_DeleteLedger{
+				DeleteLedger: &wire.DeleteLedgerResponse{},
+			}}, err)
+		})
+	case *wire.Request_Info:
+		free, total, readOnly := c.s.engine.Info()
+		c.respond(kind, received, true, &wire.Response{RequestId: id, Status: wire.Status_OK, Body: &wire.Response_Info{
+			Info: &wire.InfoResponse{FreeBytes: free, TotalBytes: total, ReadOnly: readOnly},
+		}})
+	}
+}
+
+// invalidReason returns why a well-formed request cannot be served, or "".
+func invalidReason(req *wire.Request) string {
+	switch body := req.GetBody().(type) {
+	case *wire.Request_Add:
+		r := body.Add
+		if r.GetLedgerId() < 0 || r.GetEntryId() < 0 || r.GetLastAddConfirmed() < -1 {
+			return fmt.Sprintf("add: invalid ids: ledger %d, entry %d, LAC %d", r.GetLedgerId(), r.GetEntryId(), r.GetLastAddConfirmed())
+		}
+	case *wire.Request_Read:
+		r := body.Read
+		if r.GetLedgerId() < 0 || r.GetEntryId() < -1 {
+			return fmt.Sprintf("read: invalid ids: ledger %d, entry %d", r.GetLedgerId(), r.GetEntryId())
+		}
+	case *wire.Request_LongPollRead:
+		r := body.LongPollRead
+		if r.GetLedgerId() < 0 || r.GetPreviousLac() < -1 {
+			return fmt.Sprintf("long poll: invalid ids: ledger %d, previous LAC %d", r.GetLedgerId(), r.GetPreviousLac())
+		}
+	case *wire.Request_BatchRead:
+		r := body.BatchRead
+		if r.GetLedgerId() < 0 || r.GetFirstEntryId() < 0 {
+			return fmt.Sprintf("batch read: invalid ids: ledger %d, first entry %d", r.GetLedgerId(), r.GetFirstEntryId())
+		}
+	case *wire.Request_DeleteLedger:
+		if id := body.DeleteLedger.GetLedgerId(); id < 0 {
+			return fmt.Sprintf("delete: invalid ledger id %d", id)
+		}
+	}
+	return ""
+}
+
+// admit counts a request in flight unless the connection's limit is reached.
+func (c *conn) admit() bool {
+	c.mu.Lock()
+	if c.inFlight >= c.s.cfg.MaxInFlightPerConn {
+		c.mu.Unlock()
+		return false
+	}
+	c.inFlight++
+	c.mu.Unlock()
+	c.s.metrics.inFlight.Inc()
+	return true
+}
+
+// respond queues resp for the writer. Every admitted request calls it exactly once (with
+// admitted true), even when the connection is closed and resp is dropped.
+func (c *conn) respond(kind requestKind, received time.Time, admitted bool, resp *wire.Response) {
+	c.mu.Lock()
+	if admitted {
+		c.inFlight--
+	}
+	closed := c.closed
+	if !closed {
+		c.queue = append(c.queue, resp)
+	}
+	c.mu.Unlock()
+	if admitted {
+		c.s.metrics.inFlight.Dec()
+	}
+	if closed {
+		return
+	}
+	c.s.metrics.countRequest(kind, resp.GetStatus())
+	c.s.metrics.latency[kind].Observe(time.Since(received).Seconds())
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// runWorker runs fn, which calls the engine and may block, on its own goroutine and
+// responds with its result. The number of workers is bounded by MaxInFlightPerConn.
+func (c *conn) runWorker(kind requestKind, received time.Time, fn func() *wire.Response) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.respond(kind, received, true, nil)
+		return
+	}
+	c.workers.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.workers.Done()
+		c.respond(kind, received, true, fn())
+	}()
+}
+
+// statusOf maps an engine error to a status. A failure is never reported as OK, whatever
+// the configured mapping says: an OK add promises durability.
+func (c *conn) statusOf(err error) wire.Status {
+	if err == nil {
+		return wire.Status_OK
+	}
+	s := c.s.cfg.StatusOf(err)
+	if s == wire.Status_OK || s == wire.Status_STATUS_UNSPECIFIED {
+		return wire.Status_UNKNOWN_ERROR
+	}
+	return s
+}
+
+// answer completes resp: OK as built when err is nil, else err's status and message
+// without a body.
+func (c *conn) answer(resp *wire.Response, err error) *wire.Response {
+	resp.Status = c.statusOf(err)
+	if err != nil {
+		resp.ErrorMessage = wire.ErrorMessage(err)
+		resp.Body = nil
+	}
+	return resp
+}
+
+// addCompletion carries an add's identity to the engine's done callback.
+type addCompletion struct {
+	c                 *conn
+	id                uint64
+	ledgerID, entryID int64
+	received          time.Time
+	completed         atomic.Bool
+}
+
+func (c *conn) add(id uint64, r *wire.AddRequest, received time.Time) {
+	ac := &addCompletion{c: c, id: id, ledgerID: r.GetLedgerId(), entryID: r.GetEntryId(), received: received}
+	c.s.engine.Add(AddRequest{
+		LedgerID:         r.GetLedgerId(),
+		EntryID:          r.GetEntryId(),
+		LastAddConfirmed: r.GetLastAddConfirmed(),
+		Recovery:         r.GetRecovery(),
+		Payload:          r.GetPayload(),
+	}, ac.done)
+}
+
+func (ac *addCompletion) done(err error) {
+	if !ac.completed.CompareAndSwap(false, true) {
+		// An engine bug; answering twice would confuse the client's request matching.
+		ac.c.log.Error("engine completed an add twice; ignoring the second completion",
+			"ledger", ac.ledgerID, "entry", ac.entryID, "err", err)
+		return
+	}
+	ac.c.respond(kindAdd, ac.received, true, ac.c.answer(&wire.Response{
+		RequestId: ac.id,
+		Body:      &wire.Response_Add{Add: &wire.AddResponse{LedgerId: ac.ledgerID, EntryId: ac.entryID}},
+	}, err))
+}
+
+// read serves a read, fencing first when asked. A fencing read of entry -1 answers with the
+// LAC that Fence returned: it is what the ledger had when the fence took effect.
+func (c *conn) read(id uint64, r *wire.ReadRequest) *wire.Response {
+	ledgerID, entryID := r.GetLedgerId(), r.GetEntryId()
+	if r.GetFence() {
+		lac, err := c.s.engine.Fence(ledgerID)
+		if err != nil || entryID == -1 {
+			return c.answer(&wire.Response{RequestId: id, Body: &wire.Response_Read{Read: &wire.ReadResponse{
+				LedgerId: ledgerID, EntryId: -1, LastAddConfirmed: lac,
+			}}}, err)
+		}
+	}
+	e, err := c.s.engine.Read(ledgerID, entryID)
+	if entryID == -1 {
+		// A LAC read answers for entry -1, whatever the engine put in EntryID.
+		e.LedgerID, e.EntryID, e.Payload = ledgerID, -1, nil
+	}
+	return c.answer(&wire.Response{RequestId: id, Body: &wire.Response_Read{Read: &wire.ReadResponse{
+		LedgerId: e.LedgerID, EntryId: e.EntryID, LastAddConfirmed: e.LastAddConfirmed, Payload: e.Payload,
+	}}}, err)
+}
+
+// responseOverheadBytes bounds what a Response adds around its body: request id, status,
+// the body's tag and length.
+const responseOverheadBytes = 32
+
+func (c *conn) batchRead(id uint64, r *wire.BatchReadRequest) *wire.Response {
+	maxFrame := c.s.cfg.MaxFrameBytes
+	maxEntries := int(r.GetMaxEntries())
+	if maxEntries <= 0 || maxEntries > c.s.cfg.MaxBatchReadEntries {
+		maxEntries = c.s.cfg.MaxBatchReadEntries
+	}
+	maxBytes := int(r.GetMaxBytes())
+	if maxBytes <= 0 || maxBytes > maxFrame {
+		maxBytes = maxFrame
+	}
+	entries, err := c.s.engine.ReadRange(r.GetLedgerId(), r.GetFirstEntryId(), maxEntries, maxBytes)
+	if err != nil {
+		return c.answer(&wire.Response{RequestId: id}, err)
+	}
+	// The engine counts payload bytes; the frame counts encodings. Keep the entries that
+	// fit in one frame, in order.
+	out := make([]*wire.Entry, 0, min(len(entries), maxEntries))
+	size := responseOverheadBytes
+	for _, e := range entries[:min(len(entries), maxEntries)] {
+		we := &wire.Entry{LedgerId: e.LedgerID, EntryId: e.EntryID, LastAddConfirmed: e.LastAddConfirmed, Payload: e.Payload}
+		n := proto.Size(we)
+		n += protowire.SizeTag(1) + protowire.SizeVarint(uint64(n))
+		if size+n > maxFrame {
+			break
+		}
+		size += n
+		out = append(out, we)
+	}
+	if len(out) == 0 && len(entries) > 0 {
+		return &wire.Response{RequestId: id, Status: wire.Status_IO_ERROR, ErrorMessage: fmt.Sprintf(
+			"entry %d of ledger %d does not fit in a %d-byte frame", entries[0].EntryID, entries[0].LedgerID, maxFrame)}
+	}
+	return &wire.Response{RequestId: id, Status: wire.Status_OK, Body: &wire.Response_BatchRead{
+		BatchRead: &wire.BatchReadResponse{Entries: out},
+	}}
+}
+
+// writeLoop writes queued responses through a buffer and flushes whenever the queue is
+// empty, so one flush (one syscall) carries every response that completed meanwhile.
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, ioBufferBytes)
+	var spare []*wire.Response
+	var frame []byte
+	for {
+		c.mu.Lock()
+		batch, closed := c.queue, c.closed
+		c.queue = spare[:0]
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+		if len(batch) == 0 {
+			spare = batch
+			if bw.Buffered() > 0 {
+				c.setWriteDeadline()
+				if err := bw.Flush(); err != nil {
+					c.writeFailed(err)
+					return
+				}
+			}
+			select {
+			case <-c.kick:
+			case <-c.done:
+				return
+			}
+			continue
+		}
+		select {
+		case c.space <- struct{}{}:
+		default:
+		}
+		c.setWriteDeadline()
+		for i, resp := range batch {
+			var err error
+			if frame, err = c.encode(frame[:0], resp); err != nil {
+				c.log.Error("cannot encode a response; closing connection", "err", err)
+				c.close()
+				return
+			}
+			if _, err := bw.Write(frame); err != nil {
+				c.writeFailed(err)
+				return
+			}
+			batch[i] = nil
+		}
+		if cap(frame) > retainFrameBytes {
+			frame = nil
+		}
+		spare = batch
+	}
+}
+
+func (c *conn) setWriteDeadline() {
+	if c.s.cfg.WriteTimeout > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	}
+}
+
+func (c *conn) writeFailed(err error) {
+	if !c.isClosed() {
+		c.log.Info("closing connection after write error", "err", err)
+	}
+	c.close()
+}
+
+// encode appends resp as a frame. A response that cannot be sent as is (too large for a
+// frame, which a correct engine never produces) is replaced by an error response, so the
+// client still gets an answer for its request id.
+func (c *conn) encode(dst []byte, resp *wire.Response) ([]byte, error) {
+	out, err := wire.AppendFrame(dst, resp)
+	if err == nil && len(out)-len(dst)-wire.FrameHeaderBytes <= c.s.cfg.MaxFrameBytes {
+		return out, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: response is %d bytes, max %d", wire.ErrFrameTooLarge, len(out)-len(dst)-wire.FrameHeaderBytes, c.s.cfg.MaxFrameBytes)
+	}
+	c.log.Error("cannot send response; answering IO_ERROR instead", "request_id", resp.GetRequestId(), "err", err)
+	return wire.AppendFrame(dst, &wire.Response{
+		RequestId: resp.GetRequestId(), Status: wire.Status_IO_ERROR, ErrorMessage: wire.ErrorMessage(err),
+	})
+}
