@@ -161,6 +161,12 @@ func (w *Writer) Pending() int { return len(w.pending) }
 // SetCluster updates the placement view; a blocked ensemble change retries.
 func (w *Writer) SetCluster(cluster []BookieInfo) {
 	w.cluster = cluster
+	// A closed or fenced writer keeps its failed set but must never propose
+	// again: after a close the CAS would expect the CLOSED record's own
+	// version and succeed, adding a fragment to a closed ledger.
+	if w.state == writerClosed || w.state == writerFenced {
+		return
+	}
 	if w.change == nil && len(w.failed) > 0 {
 		w.startEnsembleChange()
 	}
