@@ -97,6 +97,7 @@ type pendingEntry struct {
 type outstandingAdd struct {
 	entry    int64
 	index    int
+	bookie   BookieID
 	sentTick int64
 }
 
@@ -223,7 +224,7 @@ func (w *Writer) send(p *pendingEntry) {
 		}
 		id := w.nextOpID()
 		p.sentTo[idx] = id
-		w.outstanding[id] = outstandingAdd{entry: p.id, index: idx, sentTick: w.tick}
+		w.outstanding[id] = outstandingAdd{entry: p.id, index: idx, bookie: ensemble[idx], sentTick: w.tick}
 		w.ready.Requests = append(w.ready.Requests, Request{
 			ID: id, To: ensemble[idx], Kind: RequestAdd, LedgerID: w.md.ID, EntryID: p.id,
 			LastAddConfirmed: w.lastAddConfirmed, Payload: p.data,
@@ -238,8 +239,23 @@ func (w *Writer) Step(r Response) {
 		return // timed out already, or superseded
 	}
 	delete(w.outstanding, r.ID)
+	if w.state == writerFenced || w.state == writerClosed {
+		return
+	}
 	p := w.pending[o.entry]
-	if p == nil || p.sentTo[o.index] != r.ID || w.state == writerFenced {
+	if p == nil {
+		// The entry was acknowledged without this bookie. Its failure still
+		// matters: later entries would go to it, so replace it now.
+		switch r.Status {
+		case StatusOK:
+		case StatusFenced:
+			w.fence()
+		default:
+			w.lateFailure(o)
+		}
+		return
+	}
+	if p.sentTo[o.index] != r.ID {
 		return
 	}
 	switch r.Status {
@@ -272,10 +288,9 @@ func (w *Writer) advance() {
 		if p == nil || len(p.acked) < w.md.AckQuorum {
 			break
 		}
+		// Requests still outstanding for p stay in w.outstanding: a late
+		// failure or timeout of that bookie must still replace it.
 		delete(w.pending, p.id)
-		for id := range p.sentTo {
-			delete(w.outstanding, p.sentTo[id])
-		}
 		w.lastAddConfirmed = p.id
 		_, w.length, _ = DecodeEntry(w.md.ID, p.id, p.data)
 		if !p.done {
@@ -308,6 +323,15 @@ func (w *Writer) fence() {
 	w.pending = map[int64]*pendingEntry{}
 	w.outstanding = map[uint64]outstandingAdd{}
 	w.change = nil
+}
+
+// lateFailure handles a failure (or timeout) of an add whose entry was
+// already acknowledged: the bookie is replaced if it is still in the ensemble.
+func (w *Writer) lateFailure(o outstandingAdd) {
+	ensemble := w.md.Fragments[len(w.md.Fragments)-1].Ensemble
+	if o.index < len(ensemble) && ensemble[o.index] == o.bookie {
+		w.bookieFailed(o.index)
+	}
 }
 
 // bookieFailed stops counting the bookie at index and replaces it.
@@ -438,18 +462,21 @@ func (w *Writer) Tick() {
 	if w.state == writerFenced || w.state == writerClosed {
 		return
 	}
-	var timedOut []int
+	var timedOut []uint64
 	for id, o := range w.outstanding {
 		if w.tick-o.sentTick >= int64(w.cfg.RequestTimeoutTicks) {
-			delete(w.outstanding, id)
-			if p := w.pending[o.entry]; p != nil && p.sentTo[o.index] == id {
-				timedOut = append(timedOut, o.index)
-			}
+			timedOut = append(timedOut, id)
 		}
 	}
-	sort.Ints(timedOut)
-	for _, idx := range timedOut {
-		w.bookieFailed(idx)
+	sort.Slice(timedOut, func(i, j int) bool { return timedOut[i] < timedOut[j] })
+	for _, id := range timedOut {
+		o := w.outstanding[id]
+		delete(w.outstanding, id)
+		if p := w.pending[o.entry]; p == nil {
+			w.lateFailure(o)
+		} else if p.sentTo[o.index] == id {
+			w.bookieFailed(o.index)
+		}
 	}
 	if w.retryAt != 0 && w.tick >= w.retryAt {
 		w.retryAt = 0
