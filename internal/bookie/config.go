@@ -1,0 +1,150 @@
+package bookie
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures an Engine. Zero numeric fields take the documented
+// defaults. The two booleans documented "default true" cannot be told apart
+// from an explicit false in a Go struct, so start from DefaultConfig, which
+// sets them; Open logs a warning whenever JournalSyncData is false.
+type Config struct {
+	FS         vfs.FS // nil → vfs.Default
+	JournalDir string // journal files
+	LedgerDir  string // entry logs and the Pebble index (subdirectory "index"); may equal JournalDir
+
+	JournalMaxWait             time.Duration // group-commit upper bound when JournalFlushWhenQueueEmpty is false; default 2ms
+	JournalMaxBytes            int           // most bytes written per group commit; default 512 KiB
+	JournalFlushWhenQueueEmpty bool          // DefaultConfig: true — write what is queued, fsync, repeat; the fsync forms the batch
+	JournalSyncData            bool          // DefaultConfig: true. false = acknowledge after write(2), before fsync: acknowledged entries are lost on power loss
+	JournalFileBytes           int64         // preallocated journal file size; default 64 MiB; files are recycled after checkpoints
+
+	WriteCacheBytes  int   // total write cache, split in two halves (double-buffered); default 64 MiB
+	ReadCacheBytes   int   // default 32 MiB; negative disables the read cache
+	ReadAheadEntries int   // entries read ahead on a read-cache miss; default 64; negative disables
+	EntryLogMaxBytes int64 // roll to a new entry log file past this size; default 256 MiB
+
+	CheckpointInterval time.Duration // background checkpoint; default 10s; also when a write-cache half is full
+	GCInterval         time.Duration // background entry-log compaction; default 15 min
+	GCThreshold        float64       // compact entry logs whose live fraction is below this; default 0.5
+
+	DiskUsage         func() (used, total uint64, err error) // nil → FS.GetDiskUsage(LedgerDir)
+	DiskUsageHigh     float64                                // default 0.95: above → read-only
+	DiskUsageLow      float64                                // default 0.90: below → writable again
+	DiskCheckInterval time.Duration                          // default 10s
+	OnReadOnlyChange  func(readOnly bool)                    // called without engine locks held
+
+	Registerer prometheus.Registerer // may be nil
+	Logger     *slog.Logger          // nil → slog.Default()
+
+	// hooks break the engine on purpose so tests can prove the crash checker
+	// catches a broken variant. Never set outside tests.
+	hooks testHooks
+}
+
+// testHooks are deliberate bugs ("mutants") for the crash checker.
+type testHooks struct {
+	// skipJournalSync acknowledges adds after write(2) and never fsyncs the
+	// journal.
+	skipJournalSync bool
+	// skipEntryLogSync lets a checkpoint record its journal position
+	// without syncing the entry logs it wrote.
+	skipEntryLogSync bool
+	// skipLedgerMetaSync lets Fence and DeleteLedger return before their
+	// index batch is synced.
+	skipLedgerMetaSync bool
+	// beforeJournalSync runs on the journal goroutine after a batch is
+	// written and before it is synced: crash tests block there to crash
+	// with written-but-unsynced (possibly torn) records.
+	beforeJournalSync func()
+}
+
+// DefaultConfig returns a Config with every default set, including the two
+// booleans whose default is true.
+func DefaultConfig(journalDir, ledgerDir string) Config {
+	cfg := Config{
+		JournalDir:                 journalDir,
+		LedgerDir:                  ledgerDir,
+		JournalFlushWhenQueueEmpty: true,
+		JournalSyncData:            true,
+	}
+	return cfg.withDefaults()
+}
+
+// Limits that are not configurable.
+const (
+	// maxPayloadBytes bounds one entry; the wire layer has its own frame
+	// limit, this one protects the journal and entry-log record format.
+	maxPayloadBytes = 64 << 20
+	// writeCacheWaitMax bounds how long Add waits for a full write cache to
+	// drain before answering ErrTooManyRequests.
+	writeCacheWaitMax = 5 * time.Second
+	// maxPooledJournalFiles bounds the journal files kept for recycling.
+	maxPooledJournalFiles = 4
+)
+
+func (c Config) withDefaults() Config {
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.JournalMaxWait <= 0 {
+		c.JournalMaxWait = 2 * time.Millisecond
+	}
+	if c.JournalMaxBytes <= 0 {
+		c.JournalMaxBytes = 512 << 10
+	}
+	if c.JournalFileBytes <= 0 {
+		c.JournalFileBytes = 64 << 20
+	}
+	if c.WriteCacheBytes <= 0 {
+		c.WriteCacheBytes = 64 << 20
+	}
+	if c.ReadCacheBytes == 0 {
+		c.ReadCacheBytes = 32 << 20
+	}
+	if c.ReadAheadEntries == 0 {
+		c.ReadAheadEntries = 64
+	}
+	if c.EntryLogMaxBytes <= 0 {
+		c.EntryLogMaxBytes = 256 << 20
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = 10 * time.Second
+	}
+	if c.GCInterval <= 0 {
+		c.GCInterval = 15 * time.Minute
+	}
+	if c.GCThreshold <= 0 {
+		c.GCThreshold = 0.5
+	}
+	if c.DiskUsageHigh <= 0 {
+		c.DiskUsageHigh = 0.95
+	}
+	if c.DiskUsageLow <= 0 {
+		c.DiskUsageLow = 0.90
+	}
+	if c.DiskCheckInterval <= 0 {
+		c.DiskCheckInterval = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.JournalDir == "" || c.LedgerDir == "":
+		return fmt.Errorf("bookie: JournalDir and LedgerDir are required")
+	case c.DiskUsageLow > c.DiskUsageHigh:
+		return fmt.Errorf("bookie: DiskUsageLow %.2f above DiskUsageHigh %.2f", c.DiskUsageLow, c.DiskUsageHigh)
+	case c.GCThreshold > 1:
+		return fmt.Errorf("bookie: GCThreshold %.2f above 1", c.GCThreshold)
+	}
+	return nil
+}

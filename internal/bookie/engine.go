@@ -1,0 +1,627 @@
+package bookie
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// AddRequest is one entry to store.
+type AddRequest struct {
+	LedgerID, EntryID int64
+	LastAddConfirmed  int64 // the writer's LAC piggybacked on this add; -1 if none
+	Recovery          bool  // recovery adds are accepted on fenced ledgers
+	Payload           []byte
+}
+
+// Entry is an entry read back. Payload is shared with the engine's caches:
+// callers must not modify it.
+type Entry struct {
+	LedgerID, EntryID, LastAddConfirmed int64
+	Payload                             []byte
+}
+
+// ledgerState is what the engine knows about a ledger. Guarded by Engine.mu.
+type ledgerState struct {
+	lastAddConfirmed int64
+	fenced           bool
+	fenceDurable     bool // the fence bit is synced to the index
+	deleted          bool // tombstone: the ledger never comes back
+	watchers         map[*lacWatcher]struct{}
+}
+
+func (ls *ledgerState) meta() ledgerMeta {
+	m := ledgerMeta{lac: ls.lastAddConfirmed}
+	if ls.fenced {
+		m.flags |= ledgerFlagFenced
+	}
+	if ls.deleted {
+		m.flags |= ledgerFlagDeleted
+	}
+	return m
+}
+
+type lacWatcher struct {
+	previous int64
+	notify   func(lac int64)
+}
+
+// Engine is a bookie's storage engine. All methods are safe for concurrent
+// use.
+//
+// Lock order: flushMu → gcMu → indexMu → mu. The journal's own mutex may be
+// taken under mu; the journal never takes engine locks.
+type Engine struct {
+	cfg      Config
+	fs       vfs.FS
+	log      *slog.Logger
+	db       *pebble.DB
+	journal  *journal
+	logs     *entryLogs
+	rc       *readCache
+	metrics  *metrics
+	counters counters
+
+	mu        sync.RWMutex
+	ledgers   map[int64]*ledgerState
+	wc        writeCache
+	flushDone chan struct{} // closed when a checkpoint empties the flushing half
+	readOnly  bool
+	closed    bool
+	failErr   error // entry-log or index I/O failure: adds are refused
+	diskUsed  uint64
+	diskTotal uint64
+
+	// flushMu serializes the writers of entry logs: checkpoints and GC.
+	flushMu        sync.Mutex
+	lastCheckpoint journalPosition // guarded by flushMu
+	// indexMu serializes index batches that must observe ledger deletion:
+	// a checkpoint or GC batch never re-adds locations of a ledger whose
+	// DeleteRange committed before it.
+	indexMu sync.Mutex
+	// gcMu: readers hold it shared from index lookup to entry-log read; GC
+	// and Close hold it exclusively to remove logs or close the index.
+	gcMu     sync.RWMutex
+	dbClosed atomic.Bool
+
+	checkpointTrigger chan struct{}
+	stop              chan struct{}
+	wg                sync.WaitGroup
+}
+
+// Open opens (or creates) the engine's directories and replays the journal
+// from the last checkpoint into the write cache.
+func Open(cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.JournalSyncData {
+		cfg.Logger.Warn("bookie: JournalSyncData=false: adds are acknowledged before fsync; acknowledged entries are lost on power loss")
+	}
+	fs := cfg.FS
+	for _, dir := range []string{cfg.JournalDir, cfg.LedgerDir} {
+		if err := mkdirAllSynced(fs, dir); err != nil {
+			return nil, ioError("create "+dir, err)
+		}
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	db, err := pebble.Open(fs.PathJoin(cfg.LedgerDir, "index"), &pebble.Options{
+		FS:     fs,
+		Logger: pebbleLogger{log: cfg.Logger},
+	})
+	if err != nil {
+		m.unregister()
+		return nil, ioError("open index", err)
+	}
+	e := &Engine{
+		cfg:               cfg,
+		fs:                fs,
+		log:               cfg.Logger,
+		db:                db,
+		rc:                newReadCache(cfg.ReadCacheBytes),
+		metrics:           m,
+		ledgers:           make(map[int64]*ledgerState),
+		wc:                writeCache{active: newWriteCacheHalf(), flushing: newWriteCacheHalf(), halfBytes: max(1, cfg.WriteCacheBytes/2)},
+		flushDone:         make(chan struct{}),
+		checkpointTrigger: make(chan struct{}, 1),
+		stop:              make(chan struct{}),
+	}
+	if err := e.recover(); err != nil {
+		m.unregister()
+		_ = db.Close()
+		if e.logs != nil {
+			_ = e.logs.close()
+		}
+		return nil, err
+	}
+	e.checkDisk()
+	e.updateDiskGauge()
+	e.wg.Add(2)
+	go e.backgroundLoop()
+	go e.diskLoop()
+	return e, nil
+}
+
+// recover loads ledger metadata and the checkpoint from the index, replays
+// the journal and starts it on a fresh file.
+func (e *Engine) recover() error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixLedger}, UpperBound: []byte{keyPrefixLedger + 1}})
+	if err != nil {
+		return ioError("scan ledgers", err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		meta, err := decodeLedgerMeta(it.Value())
+		if err != nil || len(k) != 9 {
+			_ = it.Close()
+			return fmt.Errorf("bookie: index ledger key %x: %w", k, err)
+		}
+		id := int64(binary.BigEndian.Uint64(k[1:]))
+		e.ledgers[id] = &ledgerState{
+			lastAddConfirmed: meta.lac,
+			fenced:           meta.flags&ledgerFlagFenced != 0,
+			fenceDurable:     meta.flags&ledgerFlagFenced != 0,
+			deleted:          meta.flags&ledgerFlagDeleted != 0,
+		}
+	}
+	if err := it.Close(); err != nil {
+		return ioError("scan ledgers", err)
+	}
+	var cp journalPosition
+	if v, ok, err := getValue(e.db, []byte{keyCheckpoint}); err != nil {
+		return ioError("read checkpoint", err)
+	} else if ok {
+		if cp, err = decodeJournalPosition(v); err != nil {
+			return err
+		}
+	}
+	e.lastCheckpoint = cp
+
+	e.logs, err = openEntryLogs(e.fs, e.cfg.LedgerDir, e.cfg.EntryLogMaxBytes, e.cfg.hooks.skipEntryLogSync)
+	if err != nil {
+		return ioError("open entry logs", err)
+	}
+
+	ids, records, err := replayJournal(e.fs, e.cfg.JournalDir, cp, func(kind byte, body []byte) {
+		if kind != recordKindAdd {
+			return
+		}
+		k, v, ok := decodeAddBody(body)
+		if !ok {
+			return
+		}
+		ls := e.ledgers[k.ledgerID]
+		if ls == nil {
+			ls = &ledgerState{lastAddConfirmed: -1}
+			e.ledgers[k.ledgerID] = ls
+		}
+		if ls.deleted {
+			return // deletion is durable in the index; never resurrect
+		}
+		ls.lastAddConfirmed = max(ls.lastAddConfirmed, v.lastAddConfirmed)
+		v.payload = append([]byte(nil), v.payload...)
+		e.wc.active.put(k, v)
+	})
+	if err != nil {
+		return err
+	}
+	e.counters.replayedRecords.Add(uint64(records))
+
+	j := &journal{
+		fs: e.fs, dir: e.cfg.JournalDir,
+		fileBytes: e.cfg.JournalFileBytes, maxBytes: e.cfg.JournalMaxBytes, maxWait: e.cfg.JournalMaxWait,
+		flushWhenEmpty: e.cfg.JournalFlushWhenQueueEmpty, syncData: e.cfg.JournalSyncData,
+		skipSync: e.cfg.hooks.skipJournalSync, beforeSync: e.cfg.hooks.beforeJournalSync,
+		log: e.log, metrics: e.metrics, counters: &e.counters,
+	}
+	// Above every existing file and above the checkpoint's file: a new file
+	// must never take an id that replay would read from an offset.
+	nextID := cp.fileID + 1
+	for _, id := range ids {
+		nextID = max(nextID, id+1)
+		switch {
+		case id >= cp.fileID:
+			j.live = append(j.live, id)
+		case len(j.pool) < maxPooledJournalFiles:
+			j.pool = append(j.pool, id)
+		default:
+			if err := e.fs.Remove(j.path(id)); err != nil {
+				return ioError("remove old journal file", err)
+			}
+		}
+	}
+	// Never append to a file written before a crash: a fresh id makes any
+	// bytes beyond its torn end unreachable.
+	if err := j.start(nextID); err != nil {
+		return err
+	}
+	e.journal = j
+	if e.wc.active.bytes >= e.wc.halfBytes {
+		e.triggerCheckpoint()
+	}
+	if records > 0 {
+		e.log.Info("bookie: journal replayed", "records", records, "from_file", cp.fileID, "from_offset", cp.offset)
+	}
+	return nil
+}
+
+// Add stores an entry. done is called exactly once: after the journal fsync
+// covering the entry (after write(2) when JournalSyncData is false), or with
+// an error. done may run on the journal goroutine, or before Add returns when
+// the add is rejected; it must not block, nor call Add (Add may wait up to
+// writeCacheWaitMax for a full write cache to drain, which needs the journal
+// goroutine).
+func (e *Engine) Add(req AddRequest, done func(err error)) {
+	start := time.Now()
+	if req.LedgerID < 0 || req.EntryID < 0 || len(req.Payload) > maxPayloadBytes {
+		e.counters.addsFailed.Add(1)
+		done(fmt.Errorf("add ledger %d entry %d (%d bytes): %w", req.LedgerID, req.EntryID, len(req.Payload), ErrInvalidRequest))
+		return
+	}
+	body := encodeAddBody(req) // copy outside the lock; the caller may reuse Payload after done
+	k := cacheKey{ledgerID: req.LedgerID, entryID: req.EntryID}
+	v := cachedEntry{lastAddConfirmed: req.LastAddConfirmed, payload: body[addBodyHeaderBytes:]}
+	size := len(v.payload) + entryOverhead
+	var deadline time.Time
+
+	e.mu.Lock()
+	for {
+		if err := e.addAllowedLocked(req); err != nil {
+			e.mu.Unlock()
+			e.counters.addsFailed.Add(1)
+			done(err)
+			return
+		}
+		wc := &e.wc
+		if wc.active.bytes+wc.flushing.bytes+size <= 2*wc.halfBytes || len(wc.active.entries) == 0 {
+			break
+		}
+		// Both halves are full: wait for the checkpoint to drain one.
+		if deadline.IsZero() {
+			deadline = start.Add(writeCacheWaitMax)
+		}
+		flushed := e.flushDone
+		e.mu.Unlock()
+		e.triggerCheckpoint()
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case <-flushed:
+			timer.Stop()
+		case <-timer.C:
+			e.counters.addsFailed.Add(1)
+			done(fmt.Errorf("add ledger %d entry %d: write cache full for %v: %w", req.LedgerID, req.EntryID, writeCacheWaitMax, ErrTooManyRequests))
+			return
+		}
+		e.mu.Lock()
+	}
+	ls := e.ledgerLocked(req.LedgerID)
+	e.wc.active.put(k, v)
+	notify := ls.raiseLACLocked(req.LastAddConfirmed)
+	e.journal.enqueue(body, func(err error) {
+		if err != nil {
+			e.counters.addsFailed.Add(1)
+		} else {
+			e.counters.adds.Add(1)
+			e.metrics.addLatency.Observe(time.Since(start).Seconds())
+		}
+		done(err)
+	})
+	halfFull := e.wc.active.bytes >= e.wc.halfBytes
+	e.mu.Unlock()
+	if halfFull {
+		e.triggerCheckpoint()
+	}
+	for _, w := range notify {
+		w.notify(req.LastAddConfirmed)
+	}
+}
+
+func (e *Engine) addAllowedLocked(req AddRequest) error {
+	switch {
+	case e.closed:
+		return ErrClosed
+	case e.failErr != nil:
+		return e.failErr
+	case e.readOnly:
+		return ErrReadOnly
+	}
+	if err := e.journal.err(); err != nil {
+		return err
+	}
+	if ls := e.ledgers[req.LedgerID]; ls != nil {
+		if ls.deleted {
+			return fmt.Errorf("add to ledger %d: %w", req.LedgerID, ErrNoSuchLedger)
+		}
+		if ls.fenced && !req.Recovery {
+			return fmt.Errorf("add to ledger %d: %w", req.LedgerID, ErrFenced)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) ledgerLocked(id int64) *ledgerState {
+	ls := e.ledgers[id]
+	if ls == nil {
+		ls = &ledgerState{lastAddConfirmed: -1}
+		e.ledgers[id] = ls
+	}
+	return ls
+}
+
+// raiseLACLocked records a LAC and returns the watchers to notify (outside
+// the lock).
+func (ls *ledgerState) raiseLACLocked(lac int64) []*lacWatcher {
+	if lac <= ls.lastAddConfirmed {
+		return nil
+	}
+	ls.lastAddConfirmed = lac
+	var fire []*lacWatcher
+	for w := range ls.watchers {
+		if lac > w.previous {
+			fire = append(fire, w)
+			delete(ls.watchers, w)
+		}
+	}
+	return fire
+}
+
+func (e *Engine) triggerCheckpoint() {
+	select {
+	case e.checkpointTrigger <- struct{}{}:
+	default:
+	}
+}
+
+// Fence sets the ledger's durable fence bit and returns its LAC. Later
+// non-recovery adds fail with ErrFenced. Fencing an unknown ledger creates it.
+func (e *Engine) Fence(ledgerID int64) (lastAddConfirmed int64, err error) {
+	if ledgerID < 0 {
+		return 0, fmt.Errorf("fence ledger %d: %w", ledgerID, ErrInvalidRequest)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return 0, ErrClosed
+	}
+	ls := e.ledgerLocked(ledgerID)
+	if ls.deleted {
+		e.mu.Unlock()
+		return 0, fmt.Errorf("fence ledger %d: %w", ledgerID, ErrNoSuchLedger)
+	}
+	// Set in memory first: from here on adds are refused, and an add
+	// accepted earlier is already in the write cache where a recovery read
+	// after this fence finds it.
+	ls.fenced = true
+	durable := ls.fenceDurable
+	e.mu.Unlock()
+	if !durable {
+		if err := e.writeLedgerMeta(ledgerID, nil); err != nil {
+			return 0, fmt.Errorf("fence ledger %d: %w", ledgerID, err)
+		}
+		e.mu.Lock()
+		ls.fenceDurable = true
+		e.mu.Unlock()
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return ls.lastAddConfirmed, nil
+}
+
+// DeleteLedger durably deletes a ledger. Afterwards reads and adds answer
+// ErrNoSuchLedger; entry-log space is reclaimed by GC.
+func (e *Engine) DeleteLedger(ledgerID int64) error {
+	if ledgerID < 0 {
+		return fmt.Errorf("delete ledger %d: %w", ledgerID, ErrInvalidRequest)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	ls := e.ledgerLocked(ledgerID)
+	ls.deleted = true
+	ls.watchers = nil
+	e.mu.Unlock()
+	lower, upper := ledgerEntriesBounds(ledgerID)
+	err := e.writeLedgerMeta(ledgerID, func(b *pebble.Batch) error {
+		return b.DeleteRange(lower, upper, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("delete ledger %d: %w", ledgerID, err)
+	}
+	return nil
+}
+
+// writeLedgerMeta commits, synced, the ledger's current metadata plus
+// whatever extra adds to the batch.
+func (e *Engine) writeLedgerMeta(ledgerID int64, extra func(*pebble.Batch) error) error {
+	e.indexMu.Lock()
+	defer e.indexMu.Unlock()
+	if e.dbClosed.Load() {
+		return ErrClosed
+	}
+	b := e.db.NewBatch()
+	defer b.Close()
+	if extra != nil {
+		if err := extra(b); err != nil {
+			return ioError("index batch", err)
+		}
+	}
+	e.mu.RLock()
+	meta := e.ledgers[ledgerID].meta()
+	e.mu.RUnlock()
+	if err := b.Set(ledgerKey(ledgerID), meta.encode(), nil); err != nil {
+		return ioError("index batch", err)
+	}
+	opts := pebble.Sync
+	if e.cfg.hooks.skipLedgerMetaSync {
+		opts = pebble.NoSync
+	}
+	return ioError("commit index batch", b.Commit(opts))
+}
+
+// LastAddConfirmed returns the highest LAC carried by the ledger's adds.
+func (e *Engine) LastAddConfirmed(ledgerID int64) (int64, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return 0, ErrClosed
+	}
+	ls := e.ledgers[ledgerID]
+	if ls == nil || ls.deleted {
+		return 0, fmt.Errorf("ledger %d: %w", ledgerID, ErrNoSuchLedger)
+	}
+	return ls.lastAddConfirmed, nil
+}
+
+// WatchLAC calls notify once, when the ledger's LAC exceeds previousLAC
+// (immediately, on this goroutine, if it already does). cancel stops the
+// watch; it is safe to call after notify.
+func (e *Engine) WatchLAC(ledgerID, previousLAC int64, notify func(lac int64)) (cancel func(), err error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ls := e.ledgers[ledgerID]
+	if ls == nil || ls.deleted {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("watch ledger %d: %w", ledgerID, ErrNoSuchLedger)
+	}
+	if lac := ls.lastAddConfirmed; lac > previousLAC {
+		e.mu.Unlock()
+		notify(lac)
+		return func() {}, nil
+	}
+	w := &lacWatcher{previous: previousLAC, notify: notify}
+	if ls.watchers == nil {
+		ls.watchers = make(map[*lacWatcher]struct{})
+	}
+	ls.watchers[w] = struct{}{}
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		delete(ls.watchers, w)
+		e.mu.Unlock()
+	}, nil
+}
+
+// Info returns the last sampled disk usage of LedgerDir and the read-only
+// state.
+func (e *Engine) Info() (free, total uint64, readOnly bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.diskTotal > e.diskUsed {
+		free = e.diskTotal - e.diskUsed
+	}
+	return free, e.diskTotal, e.readOnly
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	c := &e.counters
+	s := Stats{
+		Adds: c.adds.Load(), AddsFailed: c.addsFailed.Load(),
+		Reads: c.reads.Load(), ReadsFailed: c.readsFailed.Load(),
+		WriteCacheHits: c.writeCacheHits.Load(),
+		ReadCacheHits:  c.readCacheHits.Load(), ReadCacheMisses: c.readCacheMisses.Load(),
+		JournalQueueDepth: c.journalQueueDepth.Load(),
+		JournalBatches:    c.journalBatches.Load(), JournalSyncs: c.journalSyncs.Load(),
+		JournalRecords: c.journalRecords.Load(), JournalBytes: c.journalBytes.Load(),
+		JournalFilesRecycled: c.journalFilesRecycled.Load(),
+		ReplayedRecords:      c.replayedRecords.Load(),
+		Checkpoints:          c.checkpoints.Load(),
+		GCPasses:             c.gcPasses.Load(), GCReclaimedBytes: c.gcReclaimedBytes.Load(),
+		GCRelocatedEntries: c.gcRelocated.Load(),
+	}
+	s.EntryLogBytes, s.EntryLogFiles = e.logs.totalBytes()
+	e.mu.RLock()
+	s.WriteCacheBytes = e.wc.active.bytes + e.wc.flushing.bytes
+	s.Ledgers = len(e.ledgers)
+	s.ReadOnly = e.readOnly
+	e.mu.RUnlock()
+	return s
+}
+
+// Close checkpoints (flushes the write cache), completes every queued add
+// and stops the engine's goroutines.
+func (e *Engine) Close() error { return e.close(true) }
+
+// close with checkpoint=false stops without flushing the write cache, as a
+// crash would (queued adds are still completed): the next Open replays.
+func (e *Engine) close(checkpoint bool) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	e.closed = true
+	e.mu.Unlock()
+	close(e.stop)
+	e.wg.Wait()
+
+	var errs []error
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	if checkpoint && e.failErr == nil {
+		if err := e.checkpointLocked(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	e.journal.close()
+	e.gcMu.Lock()
+	e.indexMu.Lock()
+	e.dbClosed.Store(true)
+	errs = append(errs, e.logs.close(), e.db.Close())
+	e.indexMu.Unlock()
+	e.gcMu.Unlock()
+	e.metrics.unregister()
+	return errors.Join(errs...)
+}
+
+// fail records an entry-log or index I/O error: the engine stops accepting
+// adds (reads go on).
+func (e *Engine) fail(err error) error {
+	e.mu.Lock()
+	if e.failErr == nil {
+		e.failErr = err
+	}
+	e.mu.Unlock()
+	e.log.Error("bookie: storage failed; adds are refused from now on", "err", err)
+	return err
+}
+
+func (e *Engine) backgroundLoop() {
+	defer e.wg.Done()
+	checkpoints := time.NewTicker(e.cfg.CheckpointInterval)
+	defer checkpoints.Stop()
+	gc := time.NewTicker(e.cfg.GCInterval)
+	defer gc.Stop()
+	for {
+		var err error
+		select {
+		case <-e.stop:
+			return
+		case <-checkpoints.C:
+			err = e.Checkpoint()
+		case <-e.checkpointTrigger:
+			err = e.Checkpoint()
+		case <-gc.C:
+			err = e.CompactEntryLogs()
+		}
+		if err != nil && !errors.Is(err, ErrClosed) {
+			e.log.Warn("bookie: background task failed", "err", err)
+		}
+	}
+}

@@ -1,0 +1,587 @@
+package bookie
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Journal file format (JournalDir/journal-<id as 16 hex digits>.log). Files
+// are preallocated (zero-filled, so fdatasync never commits a size change)
+// and recycled: a file released by a checkpoint is renamed to a new id and
+// overwritten from offset 0. Records:
+//
+//	crc32c (4) | bodyLen (4) | fileID (8) | kind (1) | body
+//	add body: ledger (8) | entry (8) | lac (8) | flags (1) | payload
+//
+// The CRC (Castagnoli) covers everything after itself, fileID included, so
+// neither zeros nor a stale record from the file's previous life (another
+// id) is taken for a record. Replay of a file stops at its first invalid
+// record. Ids start at 1 and only grow.
+const (
+	journalRecordHeaderBytes = 17
+	addBodyHeaderBytes       = 25
+	recordKindAdd            = 1
+	addFlagRecovery          = 1 << 0
+	zeroFillChunk            = 1 << 20
+)
+
+func journalName(id uint64) string { return fmt.Sprintf("journal-%016x.log", id) }
+
+func parseJournalName(name string) (uint64, bool) {
+	var id uint64
+	if len(name) != len("journal-0000000000000000.log") {
+		return 0, false
+	}
+	if _, err := fmt.Sscanf(name, "journal-%016x.log", &id); err != nil {
+		return 0, false
+	}
+	return id, journalName(id) == name && id > 0
+}
+
+// encodeAddBody copies the request into a fresh body; the write cache keeps
+// a reference to its payload part.
+func encodeAddBody(req AddRequest) []byte {
+	body := make([]byte, addBodyHeaderBytes+len(req.Payload))
+	binary.BigEndian.PutUint64(body[0:], uint64(req.LedgerID))
+	binary.BigEndian.PutUint64(body[8:], uint64(req.EntryID))
+	binary.BigEndian.PutUint64(body[16:], uint64(req.LastAddConfirmed))
+	if req.Recovery {
+		body[24] = addFlagRecovery
+	}
+	copy(body[addBodyHeaderBytes:], req.Payload)
+	return body
+}
+
+func decodeAddBody(body []byte) (k cacheKey, v cachedEntry, ok bool) {
+	if len(body) < addBodyHeaderBytes {
+		return k, v, false
+	}
+	k = cacheKey{ledgerID: int64(binary.BigEndian.Uint64(body[0:])), entryID: int64(binary.BigEndian.Uint64(body[8:]))}
+	v = cachedEntry{lastAddConfirmed: int64(binary.BigEndian.Uint64(body[16:])), payload: body[addBodyHeaderBytes:]}
+	return k, v, k.ledgerID >= 0 && k.entryID >= 0
+}
+
+func appendJournalRecord(buf []byte, fileID uint64, kind byte, body []byte) []byte {
+	start := len(buf)
+	var h [journalRecordHeaderBytes]byte
+	binary.BigEndian.PutUint32(h[4:], uint32(len(body)))
+	binary.BigEndian.PutUint64(h[8:], fileID)
+	h[16] = kind
+	buf = append(buf, h[:]...)
+	buf = append(buf, body...)
+	binary.BigEndian.PutUint32(buf[start:], crc32.Checksum(buf[start+4:], castagnoli))
+	return buf
+}
+
+// parseJournalRecord decodes the record at the start of buf, which must
+// belong to file fileID. ok=false marks the end of the file's valid records.
+func parseJournalRecord(buf []byte, fileID uint64) (kind byte, body []byte, size int, ok bool) {
+	if len(buf) < journalRecordHeaderBytes {
+		return 0, nil, 0, false
+	}
+	n := int(binary.BigEndian.Uint32(buf[4:]))
+	size = journalRecordHeaderBytes + n
+	if n > maxPayloadBytes+addBodyHeaderBytes || size > len(buf) {
+		return 0, nil, 0, false
+	}
+	if binary.BigEndian.Uint64(buf[8:]) != fileID {
+		return 0, nil, 0, false
+	}
+	if crc32.Checksum(buf[4:size], castagnoli) != binary.BigEndian.Uint32(buf) {
+		return 0, nil, 0, false
+	}
+	return buf[16], buf[journalRecordHeaderBytes:size], size, true
+}
+
+// journalItem is one queued add, or a checkpoint marker (marker != nil)
+// that resolves to the journal position after every item queued before it.
+type journalItem struct {
+	body     []byte
+	done     func(error)
+	marker   chan markerResult
+	enqueued time.Time
+}
+
+type markerResult struct {
+	pos journalPosition
+	err error
+}
+
+type preparedFile struct {
+	id   uint64
+	file vfs.File
+	err  error
+}
+
+// journal is the write-ahead log with group commit. One goroutine (run)
+// owns the open file; Engine code only enqueues and releases.
+type journal struct {
+	fs             vfs.FS
+	dir            string
+	fileBytes      int64
+	maxBytes       int
+	maxWait        time.Duration
+	flushWhenEmpty bool
+	syncData       bool
+	skipSync       bool // test hook: mutant that never fsyncs
+	beforeSync     func()
+	log            *slog.Logger
+	metrics        *metrics
+	counters       *counters
+
+	mu         sync.Mutex
+	queue      []journalItem
+	queueBytes int
+	closing    bool
+	failed     error
+	live       []uint64 // files at or after the checkpoint (may hold records to replay), sorted
+	pool       []uint64 // files before the checkpoint, free for recycling
+
+	wake    chan struct{}
+	stopped chan struct{}
+
+	// Owned by the run goroutine.
+	file      vfs.File
+	fileID    uint64
+	offset    int64
+	spare     chan preparedFile // the next file, prepared in the background
+	preparing bool
+	buf       []byte
+	batch     []journalItem
+}
+
+func (j *journal) path(id uint64) string { return j.fs.PathJoin(j.dir, journalName(id)) }
+
+// start opens file firstID and starts the group-commit goroutine.
+func (j *journal) start(firstID uint64) error {
+	j.wake = make(chan struct{}, 1)
+	j.stopped = make(chan struct{})
+	j.spare = make(chan preparedFile, 1)
+	pf := j.prepare(firstID)
+	if pf.err != nil {
+		return pf.err
+	}
+	j.file, j.fileID, j.offset = pf.file, pf.id, 0
+	j.mu.Lock()
+	j.live = append(j.live, pf.id)
+	j.mu.Unlock()
+	go j.run()
+	return nil
+}
+
+// prepare makes file id ready to receive records: a recycled file renamed
+// to id, or a new zero-filled one; then the directory is synced, so that a
+// record written and synced into it is never lost with its directory entry.
+func (j *journal) prepare(id uint64) preparedFile {
+	j.mu.Lock()
+	var reuse uint64
+	if len(j.pool) > 0 {
+		reuse = j.pool[0]
+		j.pool = j.pool[1:]
+	}
+	j.mu.Unlock()
+	var f vfs.File
+	var err error
+	if reuse != 0 {
+		f, err = j.fs.ReuseForWrite(j.path(reuse), j.path(id), vfs.WriteCategoryUnspecified)
+		j.counters.journalFilesRecycled.Add(1)
+	} else {
+		f, err = j.createZeroFilled(id)
+	}
+	if err == nil {
+		err = syncDir(j.fs, j.dir)
+	}
+	if err != nil {
+		if f != nil {
+			_ = f.Close()
+		}
+		return preparedFile{err: ioError(fmt.Sprintf("prepare journal file %d", id), err)}
+	}
+	return preparedFile{id: id, file: f}
+}
+
+func (j *journal) createZeroFilled(id uint64) (vfs.File, error) {
+	f, err := j.fs.Create(j.path(id), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	// Preallocate reserves blocks; writing zeros also makes them "written"
+	// extents, so a later fdatasync has no metadata to commit.
+	_ = f.Preallocate(0, j.fileBytes)
+	zeros := make([]byte, min(int64(zeroFillChunk), j.fileBytes))
+	for off := int64(0); off < j.fileBytes; off += int64(len(zeros)) {
+		chunk := zeros[:min(int64(len(zeros)), j.fileBytes-off)]
+		clear(chunk) // Write may modify its argument
+		if _, err := f.Write(chunk); err != nil {
+			_ = f.Close()
+			return nil, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// enqueue queues an add; done is called after the covering fsync.
+func (j *journal) enqueue(body []byte, done func(error)) {
+	j.push(journalItem{body: body, done: done, enqueued: time.Now()})
+}
+
+// enqueueMarker returns a channel that receives the journal position after
+// every item queued so far.
+func (j *journal) enqueueMarker() chan markerResult {
+	ch := make(chan markerResult, 1)
+	j.push(journalItem{marker: ch, enqueued: time.Now()})
+	return ch
+}
+
+func (j *journal) push(it journalItem) {
+	j.mu.Lock()
+	if j.closing {
+		j.mu.Unlock()
+		complete(it, journalPosition{}, ErrClosed)
+		return
+	}
+	j.queue = append(j.queue, it)
+	j.queueBytes += journalRecordHeaderBytes + len(it.body)
+	j.counters.journalQueueDepth.Store(int64(len(j.queue)))
+	j.mu.Unlock()
+	j.metrics.queueDepth.Inc()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+func complete(it journalItem, pos journalPosition, err error) {
+	if it.marker != nil {
+		it.marker <- markerResult{pos: pos, err: err}
+		return
+	}
+	it.done(err)
+}
+
+func (j *journal) run() {
+	defer close(j.stopped)
+	for j.next() {
+		j.process()
+	}
+	if j.preparing {
+		if pf := <-j.spare; pf.file != nil {
+			_ = pf.file.Close()
+		}
+	}
+	if j.file != nil {
+		if !j.skipSync {
+			_ = j.file.SyncData()
+		}
+		_ = j.file.Close()
+		j.file = nil
+	}
+}
+
+// next waits for work and moves up to maxBytes of queued items into
+// j.batch. It returns false once closing and drained.
+func (j *journal) next() bool {
+	j.mu.Lock()
+	for len(j.queue) == 0 {
+		if j.closing {
+			j.mu.Unlock()
+			return false
+		}
+		j.mu.Unlock()
+		<-j.wake
+		j.mu.Lock()
+	}
+	if !j.flushWhenEmpty && !j.closing && j.queueBytes < j.maxBytes {
+		// Collect more, up to maxWait after the oldest item.
+		timer := time.NewTimer(time.Until(j.queue[0].enqueued.Add(j.maxWait)))
+		j.mu.Unlock()
+	wait:
+		for {
+			select {
+			case <-timer.C:
+				break wait
+			case <-j.wake:
+				j.mu.Lock()
+				full := j.queueBytes >= j.maxBytes || j.closing
+				j.mu.Unlock()
+				if full {
+					break wait
+				}
+			}
+		}
+		timer.Stop()
+		j.mu.Lock()
+	}
+	n, bytes := 0, 0
+	for n < len(j.queue) {
+		b := journalRecordHeaderBytes + len(j.queue[n].body)
+		if n > 0 && bytes+b > j.maxBytes {
+			break
+		}
+		bytes += b
+		n++
+	}
+	j.batch = append(j.batch[:0], j.queue[:n]...)
+	rest := copy(j.queue, j.queue[n:])
+	clear(j.queue[rest:])
+	j.queue = j.queue[:rest]
+	j.queueBytes -= bytes
+	j.counters.journalQueueDepth.Store(int64(len(j.queue)))
+	failed := j.failed
+	j.mu.Unlock()
+	j.metrics.queueDepth.Sub(float64(n))
+	if failed != nil {
+		j.finish(nil, failed)
+	}
+	return true
+}
+
+// process writes j.batch, fsyncs and completes its items.
+func (j *journal) process() {
+	if len(j.batch) == 0 {
+		return
+	}
+	buf := j.buf[:0]
+	positions := make([]journalPosition, len(j.batch))
+	records := 0
+	var err error
+	for i, it := range j.batch {
+		if it.marker != nil {
+			positions[i] = journalPosition{fileID: j.fileID, offset: j.offset + int64(len(buf))}
+			continue
+		}
+		size := int64(journalRecordHeaderBytes + len(it.body))
+		if end := j.offset + int64(len(buf)); end > 0 && end+size > j.fileBytes {
+			if err = j.write(buf); err != nil {
+				break
+			}
+			buf = buf[:0]
+			if err = j.roll(); err != nil {
+				break
+			}
+		}
+		buf = appendJournalRecord(buf, j.fileID, recordKindAdd, it.body)
+		records++
+	}
+	if err == nil {
+		err = j.write(buf)
+	}
+	j.buf = buf[:0]
+	j.counters.journalBatches.Add(1)
+	j.counters.journalRecords.Add(uint64(records))
+	if err != nil {
+		j.fail(err)
+		j.finish(positions, err)
+		return
+	}
+	if j.beforeSync != nil {
+		j.beforeSync()
+	}
+	if j.skipSync {
+		j.finish(positions, nil)
+		return
+	}
+	if !j.syncData {
+		// The documented trade-off: acknowledge after write(2); the fsync
+		// follows but does not gate the acknowledgement.
+		j.finish(positions, nil)
+		if err := j.sync(); err != nil {
+			j.fail(err)
+		}
+		return
+	}
+	err = j.sync()
+	if err != nil {
+		j.fail(err)
+	}
+	j.finish(positions, err)
+}
+
+func (j *journal) finish(positions []journalPosition, err error) {
+	for i, it := range j.batch {
+		var pos journalPosition
+		if positions != nil {
+			pos = positions[i]
+		}
+		complete(it, pos, err)
+	}
+	clear(j.batch)
+	j.batch = j.batch[:0]
+}
+
+func (j *journal) write(buf []byte) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	n := len(buf)
+	// WriteAt: a recycled file is overwritten in place, never appended to.
+	if _, err := j.file.WriteAt(buf, j.offset); err != nil {
+		return ioError(fmt.Sprintf("write journal file %d", j.fileID), err)
+	}
+	j.offset += int64(n)
+	j.counters.journalBytes.Add(uint64(n))
+	return nil
+}
+
+func (j *journal) sync() error {
+	start := time.Now()
+	err := j.file.SyncData()
+	j.metrics.fsyncLatency.Observe(time.Since(start).Seconds())
+	j.counters.journalSyncs.Add(1)
+	return ioError(fmt.Sprintf("sync journal file %d", j.fileID), err)
+}
+
+// roll syncs the full file (its records are acknowledged with the batch,
+// whose final fsync covers only the new file) and moves to the next one.
+func (j *journal) roll() error {
+	if !j.skipSync {
+		if err := j.sync(); err != nil {
+			return err
+		}
+	}
+	if err := j.file.Close(); err != nil {
+		return ioError("close journal file", err)
+	}
+	j.file = nil
+	var pf preparedFile
+	if j.preparing {
+		pf = <-j.spare
+		j.preparing = false
+	} else {
+		pf = j.prepare(j.fileID + 1)
+	}
+	if pf.err != nil {
+		return pf.err
+	}
+	j.file, j.fileID, j.offset = pf.file, pf.id, 0
+	j.mu.Lock()
+	j.live = append(j.live, pf.id)
+	j.mu.Unlock()
+	// Prepare the following file while this one fills, so that a roll
+	// costs a rename, not a zero-fill, on the add path.
+	j.preparing = true
+	go func(id uint64) { j.spare <- j.prepare(id) }(pf.id + 1)
+	return nil
+}
+
+func (j *journal) fail(err error) {
+	j.mu.Lock()
+	if j.failed == nil {
+		j.failed = err
+	}
+	j.mu.Unlock()
+	j.log.Error("bookie journal failed; adds are refused from now on", "err", err)
+}
+
+func (j *journal) err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.failed
+}
+
+// release is called after a checkpoint at position cp is durable: files
+// before cp.fileID hold nothing that replay needs. Some are kept for
+// recycling, the rest removed.
+func (j *journal) release(cp journalPosition) {
+	var remove []uint64
+	j.mu.Lock()
+	keep := j.live[:0]
+	for _, id := range j.live {
+		switch {
+		case id >= cp.fileID:
+			keep = append(keep, id)
+		case len(j.pool) < maxPooledJournalFiles:
+			j.pool = append(j.pool, id)
+		default:
+			remove = append(remove, id)
+		}
+	}
+	j.live = keep
+	j.mu.Unlock()
+	for _, id := range remove {
+		if err := j.fs.Remove(j.path(id)); err != nil {
+			j.log.Warn("bookie: remove journal file", "file", id, "err", err)
+		}
+	}
+}
+
+// close drains the queue (every queued add is written, synced and
+// completed) and stops the goroutine.
+func (j *journal) close() {
+	j.mu.Lock()
+	j.closing = true
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	<-j.stopped
+}
+
+// replayJournal reads the records at or after from, in file order, and
+// calls apply for each. It returns the ids of every journal file found and
+// the highest one.
+func replayJournal(fs vfs.FS, dir string, from journalPosition, apply func(kind byte, body []byte)) (ids []uint64, records int, err error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, name := range names {
+		if id, ok := parseJournalName(name); ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if id < from.fileID {
+			continue
+		}
+		data, err := readWholeFile(fs, fs.PathJoin(dir, journalName(id)))
+		if err != nil {
+			return nil, 0, ioError(fmt.Sprintf("read journal file %d", id), err)
+		}
+		off := 0
+		if id == from.fileID {
+			off = int(min(from.offset, int64(len(data))))
+		}
+		for {
+			kind, body, size, ok := parseJournalRecord(data[off:], id)
+			if !ok {
+				break
+			}
+			apply(kind, body)
+			records++
+			off += size
+		}
+	}
+	return ids, records, nil
+}
+
+func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, st.Size())
+	n, err := f.ReadAt(data, 0)
+	if n == len(data) {
+		return data, nil
+	}
+	return nil, fmt.Errorf("short read %d of %d: %w", n, len(data), err)
+}

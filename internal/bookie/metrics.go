@@ -1,0 +1,120 @@
+package bookie
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the Prometheus collectors of one engine. Several engines in
+// one process (standalone mode) need distinct registerers, e.g.
+// prometheus.WrapRegistererWith(prometheus.Labels{"bookie": id}, reg).
+type metrics struct {
+	addLatency      prometheus.Histogram
+	readLatency     prometheus.Histogram
+	fsyncLatency    prometheus.Histogram
+	queueDepth      prometheus.Gauge
+	readCacheHits   prometheus.Counter
+	readCacheMisses prometheus.Counter
+	ledgerDiskBytes prometheus.Gauge
+	serverStatus    prometheus.Gauge
+
+	registerer prometheus.Registerer
+	registered []prometheus.Collector
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	latencyBuckets := prometheus.ExponentialBuckets(25e-6, 2, 18) // 25µs … 3.3s
+	m := &metrics{
+		addLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "bookie_add_entry_latency_seconds", Help: "Time from Add to its acknowledgement (journal fsync).",
+			Buckets: latencyBuckets,
+		}),
+		readLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "bookie_read_entry_latency_seconds", Help: "Time to serve one entry read.",
+			Buckets: latencyBuckets,
+		}),
+		fsyncLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "bookie_journal_fsync_latency_seconds", Help: "Latency of the journal's group-commit fsync.",
+			Buckets: latencyBuckets,
+		}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_journal_queue_depth", Help: "Adds queued for the journal and not yet written.",
+		}),
+		readCacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_read_cache_hits_total", Help: "Reads served from the read cache.",
+		}),
+		readCacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_read_cache_misses_total", Help: "Reads that went to the entry logs.",
+		}),
+		ledgerDiskBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_ledger_disk_bytes", Help: "Bytes in entry log files.",
+		}),
+		serverStatus: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_SERVER_STATUS", Help: "1 when the bookie is writable, 0 when read-only.",
+		}),
+	}
+	m.serverStatus.Set(1)
+	if reg == nil {
+		return m, nil
+	}
+	m.registerer = reg
+	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.queueDepth,
+		m.readCacheHits, m.readCacheMisses, m.ledgerDiskBytes, m.serverStatus} {
+		if err := reg.Register(c); err != nil {
+			m.unregister()
+			return nil, errors.Join(errors.New("bookie: register metrics"), err)
+		}
+		m.registered = append(m.registered, c)
+	}
+	return m, nil
+}
+
+// unregister removes the collectors, so that an engine reopened in the same
+// process (tests, restarts of a node) can register again.
+func (m *metrics) unregister() {
+	for _, c := range m.registered {
+		m.registerer.Unregister(c)
+	}
+	m.registered = nil
+}
+
+// counters back Stats. Updated lock-free on hot paths.
+type counters struct {
+	adds, addsFailed                             atomic.Uint64
+	reads, readsFailed                           atomic.Uint64
+	writeCacheHits                               atomic.Uint64
+	readCacheHits, readCacheMisses               atomic.Uint64
+	journalBatches, journalSyncs, journalRecords atomic.Uint64
+	journalBytes, journalFilesRecycled           atomic.Uint64
+	journalQueueDepth                            atomic.Int64
+	checkpoints                                  atomic.Uint64
+	gcPasses, gcReclaimedBytes, gcRelocated      atomic.Uint64
+	replayedRecords                              atomic.Uint64
+}
+
+// Stats is a snapshot of the engine's counters.
+type Stats struct {
+	Adds, AddsFailed     uint64 // Add calls acknowledged with nil / with an error
+	Reads, ReadsFailed   uint64 // entry reads served / failed (ErrNoSuchEntry included)
+	WriteCacheHits       uint64
+	ReadCacheHits        uint64
+	ReadCacheMisses      uint64 // reads that went to the entry logs
+	JournalQueueDepth    int64
+	JournalBatches       uint64 // group commits written
+	JournalSyncs         uint64
+	JournalRecords       uint64
+	JournalBytes         uint64
+	JournalFilesRecycled uint64 // journal files reused under a new id
+	ReplayedRecords      uint64 // journal records replayed by Open
+	Checkpoints          uint64
+	WriteCacheBytes      int
+	EntryLogBytes        int64 // bytes on disk in entry logs
+	EntryLogFiles        int
+	GCPasses             uint64
+	GCReclaimedBytes     uint64
+	GCRelocatedEntries   uint64
+	Ledgers              int
+	ReadOnly             bool
+}
