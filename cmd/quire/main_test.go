@@ -171,7 +171,7 @@ func get(t *testing.T, url string) string {
 }
 
 func TestNotBuiltRolesExitNonZero(t *testing.T) {
-	for _, name := range []string{"bookie", "broker", "admin", "perf", "sim"} {
+	for _, name := range []string{"broker", "admin"} {
 		root := newRootCommand()
 		root.SetArgs([]string{name, "--anything"})
 		root.SetOut(io.Discard)

@@ -56,10 +56,10 @@ and the defaults shown in each command's --help.`,
 	root.AddCommand(
 		newMetaCommand(),
 		newStandaloneCommand(),
-		notBuilt("bookie", "Run a bookie: the storage node of ledger mode"),
+		newBookieCommand(),
 		notBuilt("broker", "Run a broker: topic owners, Kafka and Pulsar front ends"),
 		notBuilt("admin", "Administer a cluster from the command line"),
-		notBuilt("perf", "Generate load and measure throughput and latency"),
+		newPerfCommand(),
 		notBuilt("sim", "Run the deterministic simulator"),
 	)
 	return root

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"quire/internal/admin"
+	"quire/internal/bookie"
+	"quire/internal/bookie/node"
+	"quire/internal/meta"
+)
+
+// engineFlags are the storage engine's tunables, shared by `quire bookie`
+// and `quire perf bookie`.
+type engineFlags struct {
+	journalMaxWait             time.Duration
+	journalMaxBytes            int
+	journalFlushWhenQueueEmpty bool
+	journalSyncData            bool
+	journalFileMB              int
+	writeCacheMB               int
+	readCacheMB                int
+	checkpointInterval         time.Duration
+	gcInterval                 time.Duration
+	gcThreshold                float64
+	diskUsageHigh              float64
+	diskUsageLow               float64
+}
+
+func (e *engineFlags) register(cmd *cobra.Command) {
+	d := bookie.DefaultConfig("", "")
+	f := cmd.Flags()
+	f.DurationVar(&e.journalMaxWait, "journal-max-wait", d.JournalMaxWait, "group commit: longest wait to collect adds before a write+fsync (when not flushing on an empty queue)")
+	f.IntVar(&e.journalMaxBytes, "journal-max-bytes", d.JournalMaxBytes, "group commit: most bytes written per fsync")
+	f.BoolVar(&e.journalFlushWhenQueueEmpty, "journal-flush-when-queue-empty", d.JournalFlushWhenQueueEmpty, "group commit: write and fsync as soon as the queue is empty (the fsync forms the batch)")
+	f.BoolVar(&e.journalSyncData, "journal-sync-data", d.JournalSyncData, "fsync the journal before acknowledging adds; false acknowledges after write(2) and LOSES acknowledged entries on power loss")
+	f.IntVar(&e.journalFileMB, "journal-file-mb", int(d.JournalFileBytes>>20), "size of each preallocated, recycled journal file (MiB)")
+	f.IntVar(&e.writeCacheMB, "write-cache-mb", d.WriteCacheBytes>>20, "write cache size (MiB), double-buffered")
+	f.IntVar(&e.readCacheMB, "read-cache-mb", d.ReadCacheBytes>>20, "read cache size (MiB)")
+	f.DurationVar(&e.checkpointInterval, "checkpoint-interval", d.CheckpointInterval, "how often the write cache is flushed to entry logs and old journals recycled")
+	f.DurationVar(&e.gcInterval, "gc-interval", d.GCInterval, "how often entry logs are compacted")
+	f.Float64Var(&e.gcThreshold, "gc-threshold", d.GCThreshold, "compact entry logs whose live fraction is below this")
+	f.Float64Var(&e.diskUsageHigh, "disk-usage-high", d.DiskUsageHigh, "disk usage fraction above which the bookie turns read-only")
+	f.Float64Var(&e.diskUsageLow, "disk-usage-low", d.DiskUsageLow, "disk usage fraction below which a read-only bookie is writable again")
+}
+
+func (e *engineFlags) config() *bookie.Config {
+	c := bookie.DefaultConfig("", "")
+	c.JournalMaxWait = e.journalMaxWait
+	c.JournalMaxBytes = e.journalMaxBytes
+	c.JournalFlushWhenQueueEmpty = e.journalFlushWhenQueueEmpty
+	c.JournalSyncData = e.journalSyncData
+	c.JournalFileBytes = int64(e.journalFileMB) << 20
+	c.WriteCacheBytes = e.writeCacheMB << 20
+	c.ReadCacheBytes = e.readCacheMB << 20
+	c.CheckpointInterval = e.checkpointInterval
+	c.GCInterval = e.gcInterval
+	c.GCThreshold = e.gcThreshold
+	c.DiskUsageHigh = e.diskUsageHigh
+	c.DiskUsageLow = e.diskUsageLow
+	return &c
+}
+
+type bookieOptions struct {
+	id, dataDir, journalDir, listen, advertise, zone, httpAddr string
+	metaEndpoints                                              []string
+	sessionTTL                                                 time.Duration
+	engine                                                     engineFlags
+}
+
+func newBookieCommand() *cobra.Command {
+	var o bookieOptions
+	cmd := &cobra.Command{
+		Use:   "bookie",
+		Short: "Run a bookie: the storage node of ledger mode",
+		Long: `Run a bookie: a journal with group commit (an add is acknowledged only after the
+fsync that covers it), entry logs with a Pebble entry-location index, fencing, and
+read-only mode above a disk-usage threshold. It registers itself in the metadata
+store (address, zone, writable or read-only) for as long as it runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(o.metaEndpoints) == 0 {
+				return fmt.Errorf("bookie: --meta-endpoints is required")
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: withScheme(o.metaEndpoints)})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			n, err := node.Start(ctx, node.Config{
+				ID: o.id, DataDir: o.dataDir, JournalDir: o.journalDir, ListenAddr: o.listen, AdvertiseAddr: o.advertise,
+				Zone: o.zone, Store: store, SessionTTL: o.sessionTTL, Engine: o.engine.config(),
+				Registerer: prometheus.DefaultRegisterer, Logger: slog.Default(),
+			})
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			if o.httpAddr != "" {
+				health := admin.NewHealth()
+				health.Register("bookie", n.Healthy)
+				health.SetReady(true)
+				hs, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health})
+				if err != nil {
+					return err
+				}
+				defer hs.Shutdown(context.Background())
+			}
+			<-ctx.Done()
+			slog.Info("bookie stopping", "bookie", n.ID())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dataDir, "data-dir", "./quire-data/bookie", "ledger storage directory (entry logs, index)")
+	f.StringVar(&o.journalDir, "journal-dir", "", "journal directory, ideally on its own low-latency device (default DATA-DIR/journal)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:3181", "listen address for the bookie protocol")
+	f.StringVar(&o.advertise, "advertise-addr", "", "address registered for clients (default: the bound listen address)")
+	f.StringVar(&o.id, "id", "", "bookie id in the registry (default: the advertised address)")
+	f.StringVar(&o.zone, "zone", "", "zone or rack label used by zone-aware placement")
+	f.StringSliceVar(&o.metaEndpoints, "meta-endpoints", nil, "etcd endpoints (host:port or URL), comma-separated")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8000", "HTTP address for /healthz and /metrics (empty: none)")
+	f.DurationVar(&o.sessionTTL, "session-ttl", 10*time.Second, "registration session TTL: a dead bookie disappears from the registry after this")
+	o.engine.register(cmd)
+	return cmd
+}
+
+// withScheme accepts host:port or URLs.
+func withScheme(endpoints []string) []string {
+	out := make([]string, len(endpoints))
+	for i, e := range endpoints {
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+		}
+		out[i] = e
+	}
+	return out
+}
