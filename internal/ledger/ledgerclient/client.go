@@ -1,0 +1,459 @@
+// Package ledgerclient is the production shell around the ledger protocol
+// cores (package ledger): it feeds them bookie responses from the bookie
+// client, metadata results from the metadata store and ticks from a ticker,
+// and carries out what their Ready says. One goroutine owns each state
+// machine, fed through a channel, so the cores need no locks.
+//
+// It owns goroutines, timers and I/O for ledgers; it never decides anything
+// the protocol decides — that lives in package ledger, where the simulator
+// runs the same code.
+package ledgerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"quire/internal/bookie/client"
+	"quire/internal/bookie/registry"
+	"quire/internal/ledger"
+	"quire/internal/meta"
+)
+
+// Config configures a Client.
+type Config struct {
+	Store   meta.Store
+	Bookies *client.Client
+	// Tick is the cores' logical tick; default 100ms.
+	Tick time.Duration
+	// RequestTimeoutTicks and RetryTicks are passed to the cores (defaults 30 and 5).
+	RequestTimeoutTicks int
+	RetryTicks          int
+	MaxInFlight         int // per writer; default 1000
+	Name                string
+	Logger              *slog.Logger
+	// Mutants break the protocol on purpose (tests only).
+	Mutants ledger.Mutants
+}
+
+// Client creates, writes, recovers and reads ledgers.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	addrs   map[ledger.BookieID]string
+	cluster []ledger.BookieInfo
+}
+
+// New returns a client.
+func New(cfg Config) *Client {
+	if cfg.Tick == 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.RequestTimeoutTicks == 0 {
+		cfg.RequestTimeoutTicks = 30
+	}
+	if cfg.RetryTicks == 0 {
+		cfg.RetryTicks = 5
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Client{cfg: cfg, log: cfg.Logger.With("component", "ledger-client"), addrs: map[ledger.BookieID]string{}}
+}
+
+// RefreshCluster reads the bookie registry: addresses, zones, writability.
+func (c *Client) RefreshCluster(ctx context.Context) ([]ledger.BookieInfo, error) {
+	infos, err := registry.List(ctx, c.cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	cluster := make([]ledger.BookieInfo, 0, len(infos))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, i := range infos {
+		id := ledger.BookieID(i.ID)
+		c.addrs[id] = i.Addr
+		cluster = append(cluster, ledger.BookieInfo{ID: id, Zone: i.Zone, Writable: !i.ReadOnly})
+	}
+	c.cluster = cluster
+	return cluster, nil
+}
+
+// addr resolves a bookie id; unregistered bookies (dead ones still named in
+// old fragments) fall back to their id, which defaults to their address.
+func (c *Client) addr(id ledger.BookieID) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a, ok := c.addrs[id]; ok {
+		return a
+	}
+	return string(id)
+}
+
+// ReadMetadata reads a ledger's record.
+func (c *Client) ReadMetadata(ctx context.Context, id int64) (ledger.Metadata, meta.Version, error) {
+	kv, err := c.cfg.Store.Get(ctx, ledger.Key(id))
+	if err != nil {
+		return ledger.Metadata{}, 0, fmt.Errorf("ledger %d: %w", id, err)
+	}
+	md, err := ledger.UnmarshalMetadata(kv.Value)
+	return md, kv.Version, err
+}
+
+// Create makes a new ledger (id from the store's sequence, ensemble from
+// zone-aware placement) and returns its writer.
+func (c *Client) Create(ctx context.Context, ensembleSize, writeQuorum, ackQuorum int) (*Writer, error) {
+	if err := ledger.ValidateQuorum(ensembleSize, writeQuorum, ackQuorum); err != nil {
+		return nil, err
+	}
+	cluster, err := c.RefreshCluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := c.cfg.Store.AllocateID(ctx, ledger.IDSequence)
+	if err != nil {
+		return nil, err
+	}
+	ensemble, err := ledger.PickEnsemble(cluster, ensembleSize, writeQuorum, nil, id)
+	if err != nil {
+		return nil, fmt.Errorf("create ledger %d: %w", id, err)
+	}
+	md := ledger.Metadata{ID: id, EnsembleSize: ensembleSize, WriteQuorum: writeQuorum, AckQuorum: ackQuorum,
+		State: ledger.StateOpen, Fragments: []ledger.Fragment{{FirstEntry: 0, Ensemble: ensemble}}, LastEntryID: -1, CreatedBy: c.cfg.Name}
+	v, err := c.cfg.Store.Create(ctx, ledger.Key(id), md.Marshal())
+	if err != nil {
+		return nil, fmt.Errorf("create ledger %d: %w", id, err)
+	}
+	core, err := ledger.NewWriter(ledger.WriterConfig{Metadata: md, Version: v, Cluster: cluster, MaxInFlight: c.cfg.MaxInFlight,
+		RequestTimeoutTicks: c.cfg.RequestTimeoutTicks, RetryTicks: c.cfg.RetryTicks, Mutants: c.cfg.Mutants})
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{c: c, core: core, id: id, wake: make(chan struct{}, 1), callbacks: map[int64]func(int64, error){}}
+	go w.run()
+	return w, nil
+}
+
+// runMeta performs one metadata operation for a core.
+func (c *Client) runMeta(op ledger.MetaOp) ledger.MetaResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := ledger.MetaResult{ID: op.ID}
+	switch op.Kind {
+	case ledger.MetaRead:
+		res.Metadata, res.Version, res.Err = c.ReadMetadata(ctx, op.LedgerID)
+	case ledger.MetaWrite:
+		res.Metadata = op.Metadata
+		res.Version, res.Err = c.cfg.Store.Put(ctx, ledger.Key(op.LedgerID), op.Metadata.Marshal(), op.Expected)
+	}
+	return res
+}
+
+// send carries out one bookie request; deliver gets the response.
+func (c *Client) send(req ledger.Request, deliver func(ledger.Response)) {
+	addr := c.addr(req.To)
+	switch req.Kind {
+	case ledger.RequestAdd:
+		c.cfg.Bookies.AddAsync(addr, client.AddRequest{LedgerID: req.LedgerID, EntryID: req.EntryID,
+			LastAddConfirmed: req.LastAddConfirmed, Recovery: req.Recovery, Payload: req.Payload}, func(err error) {
+			if err != nil {
+				c.log.Debug("add failed", "bookie", req.To, "entry", req.EntryID, "err", err)
+			}
+			deliver(ledger.Response{ID: req.ID, From: req.To, Status: statusOf(err)})
+		})
+	case ledger.RequestRead:
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.cfg.RequestTimeoutTicks)*c.cfg.Tick)
+			defer cancel()
+			e, err := c.cfg.Bookies.Read(ctx, addr, req.LedgerID, req.EntryID, req.Fence)
+			deliver(ledger.Response{ID: req.ID, From: req.To, Status: statusOf(err), LastAddConfirmed: e.LastAddConfirmed, Payload: e.Payload})
+		}()
+	}
+}
+
+// statusOf maps bookie client errors to what the cores distinguish.
+func statusOf(err error) ledger.Status {
+	switch {
+	case err == nil:
+		return ledger.StatusOK
+	case errors.Is(err, client.ErrNoSuchEntry):
+		return ledger.StatusNoSuchEntry
+	case errors.Is(err, client.ErrNoSuchLedger):
+		return ledger.StatusNoSuchLedger
+	case errors.Is(err, client.ErrFenced):
+		return ledger.StatusFenced
+	}
+	return ledger.StatusFailed
+}
+
+// Writer is a ledger being written by this process.
+type Writer struct {
+	c    *Client
+	core *ledger.Writer
+	id   int64
+
+	// inbox holds work for the writer's goroutine; unbounded so that
+	// completions never block the bookie client. Once ended, post refuses.
+	mu     sync.Mutex
+	inbox  []func()
+	ended  bool
+	endErr error // the finished core's outcome; set with ended
+	// finalMetadata is the core's record when it ended.
+	finalMetadata ledger.Metadata
+	wake          chan struct{} // capacity 1
+
+	// Owned by the writer's goroutine.
+	callbacks map[int64]func(int64, error)
+	closeWait []chan error
+}
+
+// ID is the ledger id.
+func (w *Writer) ID() int64 { return w.id }
+
+// post queues f for the writer's goroutine; false once the writer ended.
+func (w *Writer) post(f func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ended {
+		return false
+	}
+	w.inbox = append(w.inbox, f)
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (w *Writer) take() []func() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	work := w.inbox
+	w.inbox = nil
+	return work
+}
+
+// run is the one goroutine that owns the core.
+func (w *Writer) run() {
+	ticker := time.NewTicker(w.c.cfg.Tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-w.wake:
+			for _, f := range w.take() {
+				f()
+			}
+		case <-ticker.C:
+			w.core.Tick()
+		}
+		w.process()
+		if closed, err := w.core.Closed(); closed && w.core.Pending() == 0 && len(w.callbacks) == 0 {
+			w.mu.Lock()
+			w.ended, w.endErr = true, err
+			w.finalMetadata, _ = w.core.Metadata()
+			rest := w.inbox
+			w.inbox = nil
+			w.mu.Unlock()
+			// Work queued before the end sees the finished core (adds fail
+			// with its error, closes return it).
+			for _, f := range rest {
+				f()
+			}
+			w.process()
+			for _, ch := range w.closeWait {
+				ch <- err
+			}
+			return
+		}
+	}
+}
+
+func (w *Writer) process() {
+	for {
+		rd := w.core.Ready()
+		if rd.Empty() {
+			return
+		}
+		for _, req := range rd.Requests {
+			w.c.send(req, func(resp ledger.Response) { w.post(func() { w.core.Step(resp) }) })
+		}
+		for _, op := range rd.MetaOps {
+			go func(op ledger.MetaOp) {
+				res := w.c.runMeta(op)
+				w.post(func() { w.core.StepMeta(res) })
+			}(op)
+		}
+		for _, a := range rd.Acks {
+			if cb := w.callbacks[a.EntryID]; cb != nil {
+				delete(w.callbacks, a.EntryID)
+				cb(a.EntryID, a.Err)
+			}
+		}
+	}
+}
+
+// AppendAsync adds payload; cb gets the entry id once it is acknowledged (in
+// entry order) or the error. cb runs on the writer's goroutine: keep it short.
+func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) {
+	add := func() {
+		id, err := w.core.Add(payload)
+		if err != nil {
+			cb(-1, err)
+			return
+		}
+		w.callbacks[id] = cb
+	}
+	if !w.post(add) {
+		err := w.closedErr()
+		if err == nil {
+			err = ledger.ErrClosed
+		}
+		cb(-1, err)
+	}
+}
+
+// Append adds payload and waits for its acknowledgement.
+func (w *Writer) Append(ctx context.Context, payload []byte) (int64, error) {
+	type result struct {
+		id  int64
+		err error
+	}
+	ch := make(chan result, 1)
+	w.AppendAsync(payload, func(id int64, err error) { ch <- result{id, err} })
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// Close closes the ledger once every pending entry is resolved; it returns
+// ledger.ErrFenced when a new owner took the ledger over meanwhile.
+func (w *Writer) Close(ctx context.Context) error {
+	ch := make(chan error, 1)
+	if !w.post(func() { w.closeWait = append(w.closeWait, ch); w.core.Close() }) {
+		return w.closedErr()
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// closedErr is the finished writer's outcome: nil when closed cleanly.
+func (w *Writer) closedErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.endErr
+}
+
+// Metadata returns the writer's view of the ledger's record.
+func (w *Writer) Metadata() ledger.Metadata {
+	ch := make(chan ledger.Metadata, 1)
+	if w.post(func() { md, _ := w.core.Metadata(); ch <- md }) {
+		return <-ch
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.finalMetadata
+}
+
+// Recover fences and closes a ledger (or just reads it, when already
+// CLOSED), returning the closed metadata.
+func (c *Client) Recover(ctx context.Context, id int64) (ledger.Metadata, error) {
+	core := ledger.NewRecovery(ledger.RecoveryConfig{LedgerID: id, RequestTimeoutTicks: c.cfg.RequestTimeoutTicks,
+		RetryTicks: c.cfg.RetryTicks, Mutants: c.cfg.Mutants})
+	if _, err := c.RefreshCluster(ctx); err != nil {
+		return ledger.Metadata{}, err
+	}
+	inbox := make(chan func(), 256)
+	stop := make(chan struct{})
+	defer close(stop)
+	post := func(f func()) {
+		select {
+		case inbox <- f:
+		case <-stop:
+		}
+	}
+	core.Start()
+	ticker := time.NewTicker(c.cfg.Tick)
+	defer ticker.Stop()
+	for {
+		for rd := core.Ready(); !rd.Empty(); rd = core.Ready() {
+			for _, req := range rd.Requests {
+				c.send(req, func(resp ledger.Response) { post(func() { core.Step(resp) }) })
+			}
+			for _, op := range rd.MetaOps {
+				go func(op ledger.MetaOp) {
+					res := c.runMeta(op)
+					post(func() { core.StepMeta(res) })
+				}(op)
+			}
+		}
+		if done, md, err := core.Done(); done {
+			return md, err
+		}
+		select {
+		case f := <-inbox:
+			f()
+		case <-ticker.C:
+			core.Tick()
+		case <-ctx.Done():
+			return ledger.Metadata{}, fmt.Errorf("recover ledger %d: %w (phase %s)", id, ctx.Err(), core.Phase())
+		}
+	}
+}
+
+// Read returns entries first..last of a CLOSED ledger (or of an open one up
+// to its LAC), in order.
+func (c *Client) Read(ctx context.Context, md ledger.Metadata, first, last int64) ([][]byte, error) {
+	if first > last {
+		return nil, nil
+	}
+	core := ledger.NewReader(ledger.ReaderConfig{Metadata: md}, first, last)
+	if _, err := c.RefreshCluster(ctx); err != nil {
+		return nil, err
+	}
+	inbox := make(chan ledger.Response, 256)
+	stop := make(chan struct{})
+	defer close(stop)
+	ticker := time.NewTicker(c.cfg.Tick)
+	defer ticker.Stop()
+	out := make([][]byte, 0, last-first+1)
+	for {
+		reqs, results := core.Ready()
+		for _, req := range reqs {
+			c.send(req, func(resp ledger.Response) {
+				select {
+				case inbox <- resp:
+				case <-stop:
+				}
+			})
+		}
+		for _, r := range results {
+			if r.Err != nil {
+				return out, r.Err
+			}
+			out = append(out, r.Payload)
+		}
+		if core.Done() {
+			return out, nil
+		}
+		select {
+		case resp := <-inbox:
+			core.Step(resp)
+		case <-ticker.C:
+			core.Tick()
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package ledgerclient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"quire/internal/bookie"
+	"quire/internal/bookie/client"
+	"quire/internal/bookie/node"
+	"quire/internal/ledger"
+	"quire/internal/meta"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type cluster struct {
+	srv   *meta.MemServer
+	nodes []*node.Node
+}
+
+// startCluster runs bookies in-process, registered in an in-memory store.
+func startCluster(t *testing.T, zones ...string) *cluster {
+	t.Helper()
+	c := &cluster{srv: meta.NewMemServer(meta.MemConfig{})}
+	for i, z := range zones {
+		ecfg := bookie.DefaultConfig("", "")
+		ecfg.JournalFileBytes = 4 << 20
+		ecfg.WriteCacheBytes = 8 << 20
+		n, err := node.Start(context.Background(), node.Config{
+			ID: fmt.Sprintf("b%d", i+1), DataDir: t.TempDir(), ListenAddr: "127.0.0.1:0", Zone: z,
+			Store: c.srv.NewClient(), Engine: &ecfg, Logger: quiet,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		c.nodes = append(c.nodes, n)
+	}
+	return c
+}
+
+func (c *cluster) client(t *testing.T, name string) *Client {
+	t.Helper()
+	bc := client.New(client.Config{Logger: quiet, RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond})
+	t.Cleanup(bc.Close)
+	return New(Config{Store: c.srv.NewClient(), Bookies: bc, Tick: 10 * time.Millisecond, RequestTimeoutTicks: 50, Name: name, Logger: quiet})
+}
+
+func payload(i int) []byte {
+	return []byte(fmt.Sprintf("entry-%04d-%s", i, bytes.Repeat([]byte{'x'}, i%50)))
+}
+
+// appendN appends n entries with all of them in flight and returns how
+// many were acknowledged, checking the acks come in order.
+func appendN(t *testing.T, w *Writer, from, n int) (acked int, firstErr error) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := int64(from)
+	for i := from; i < from+n; i++ {
+		wg.Add(1)
+		w.AppendAsync(payload(i), func(id int64, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			if id != next {
+				t.Errorf("ack for entry %d, want %d (out of order)", id, next)
+			}
+			next++
+			acked++
+		})
+	}
+	wg.Wait()
+	return acked, firstErr
+}
+
+func TestWriteCloseRead(t *testing.T) {
+	c := startCluster(t, "a", "b", "c", "a", "b")
+	lc := c.client(t, "w")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := lc.Create(ctx, 3, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked, err := appendN(t, w, 0, 300); acked != 300 || err != nil {
+		t.Fatalf("acked %d: %v", acked, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	md, _, err := lc.ReadMetadata(ctx, w.ID())
+	if err != nil || md.State != ledger.StateClosed || md.LastEntryID != 299 {
+		t.Fatalf("metadata %+v %v", md, err)
+	}
+	zones := map[ledger.BookieID]string{"b1": "a", "b2": "b", "b3": "c", "b4": "a", "b5": "b"}
+	if err := ledger.ZoneRuleHolds(&md, zones); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.client(t, "r").Read(ctx, md, 0, md.LastEntryID)
+	if err != nil || len(got) != 300 {
+		t.Fatalf("read %d entries: %v", len(got), err)
+	}
+	for i, p := range got {
+		if !bytes.Equal(p, payload(i)) {
+			t.Fatalf("entry %d = %q", i, p)
+		}
+	}
+}
+
+// TestRecoveryFencesTheWriter: a second client recovers an open ledger; the
+// first gets fenced and every entry it had acknowledged is in the ledger.
+func TestRecoveryFencesTheWriter(t *testing.T) {
+	c := startCluster(t, "a", "b", "c")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := c.client(t, "old-owner").Create(ctx, 3, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, _ := appendN(t, w, 0, 100)
+	recoverer := c.client(t, "new-owner")
+	md, err := recoverer.Recover(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.State != ledger.StateClosed || md.LastEntryID < int64(acked)-1 {
+		t.Fatalf("recovered %+v, %d were acknowledged", md, acked)
+	}
+	if _, err := w.Append(ctx, payload(1000)); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("append after recovery: %v, want fenced", err)
+	}
+	got, err := recoverer.Read(ctx, md, 0, md.LastEntryID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < acked; i++ {
+		if !bytes.Equal(got[i], payload(i)) {
+			t.Fatalf("entry %d lost or changed", i)
+		}
+	}
+	// Recovering again (a CLOSED ledger) reads only the metadata.
+	again, err := recoverer.Recover(ctx, w.ID())
+	if err != nil || again.LastEntryID != md.LastEntryID {
+		t.Fatalf("second recovery %+v %v", again, err)
+	}
+}
+
+// TestEnsembleChangeOnBookieFailure: a bookie of the ensemble dies mid-stream;
+// the writer replaces it and every entry is acknowledged.
+func TestEnsembleChangeOnBookieFailure(t *testing.T) {
+	// Two bookies per zone, so the lost bookie can be replaced in its own zone.
+	c := startCluster(t, "a", "b", "c", "a", "b", "c")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lc := c.client(t, "w")
+	w, err := lc.Create(ctx, 3, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked, err := appendN(t, w, 0, 50); acked != 50 || err != nil {
+		t.Fatalf("acked %d: %v", acked, err)
+	}
+	md := w.Metadata()
+	var victim *node.Node
+	for _, n := range c.nodes {
+		if n.ID() == string(md.Fragments[0].Ensemble[0]) {
+			victim = n
+		}
+	}
+	victim.Close()
+	t.Logf("closed victim %s; ensemble %v", victim.ID(), md.Fragments)
+	if acked, err := appendN(t, w, 50, 50); acked != 50 || err != nil {
+		t.Fatalf("after bookie loss acked %d: %v", acked, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	md, _, _ = lc.ReadMetadata(ctx, w.ID())
+	if len(md.Fragments) < 2 {
+		t.Fatalf("no ensemble change recorded: %+v", md)
+	}
+	zoneOf := map[ledger.BookieID]string{"b1": "a", "b2": "b", "b3": "c", "b4": "a", "b5": "b", "b6": "c"}
+	last := md.Fragments[len(md.Fragments)-1].Ensemble
+	for i, b := range last {
+		if string(b) == victim.ID() {
+			t.Fatalf("dead bookie %s still in the last fragment %+v", b, md.Fragments)
+		}
+		if md.Fragments[0].Ensemble[i] == ledger.BookieID(victim.ID()) && zoneOf[b] != zoneOf[ledger.BookieID(victim.ID())] {
+			t.Fatalf("replacement %s in zone %s, lost bookie was in zone %s", b, zoneOf[b], zoneOf[ledger.BookieID(victim.ID())])
+		}
+	}
+	got, err := lc.Read(ctx, md, 0, md.LastEntryID)
+	if err != nil || len(got) != 100 {
+		t.Fatalf("read %d: %v", len(got), err)
+	}
+}
