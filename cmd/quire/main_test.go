@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	if endpoint := os.Getenv(ledgerWriterEnv); endpoint != "" {
+		os.Exit(runLedgerWriter(endpoint))
+	}
 	os.Exit(m.Run())
 }
 
