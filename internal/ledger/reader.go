@@ -158,8 +158,10 @@ func (r *Reader) Tick() {
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i] < entries[j] })
 	for _, entry := range entries {
+		// A failover below may deliver this entry and the ones after it
+		// (flush removes them from reads): skip what is already decided.
 		e := r.reads[entry]
-		if e.result != nil {
+		if e == nil || e.result != nil {
 			continue
 		}
 		asked := make([]uint64, 0, len(e.asked))
@@ -168,6 +170,9 @@ func (r *Reader) Tick() {
 		}
 		sort.Slice(asked, func(i, j int) bool { return asked[i] < asked[j] })
 		for _, id := range asked {
+			if e.result != nil {
+				break // decided by an earlier timeout in this loop
+			}
 			age := int(r.tick) - e.asked[id]
 			if age >= r.cfg.TimeoutTicks {
 				delete(e.asked, id)
