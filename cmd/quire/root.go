@@ -58,9 +58,9 @@ and the defaults shown in each command's --help.`,
 		newStandaloneCommand(),
 		newBookieCommand(),
 		notBuilt("broker", "Run a broker: topic owners, Kafka and Pulsar front ends"),
-		notBuilt("admin", "Administer a cluster from the command line"),
+		newAdminCommand(),
 		newPerfCommand(),
-		notBuilt("sim", "Run the deterministic simulator"),
+		newSimCommand(),
 	)
 	return root
 }

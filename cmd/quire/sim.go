@@ -1,0 +1,238 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"quire/internal/sim"
+)
+
+// newSimCommand is `quire sim`: the deterministic simulator. Without a
+// subcommand it lists them.
+func newSimCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run the deterministic simulator",
+		Long: `Run Quire's protocol cores under a virtual clock with random delays, message loss,
+partitions, crashes, metadata outages and paused (zombie) processes, all drawn from one
+seed, with safety checkers after every step. A failing seed replays exactly with --seed.`,
+	}
+	cmd.AddCommand(newSimLedgerCommand())
+	return cmd
+}
+
+type simLedgerOptions struct {
+	seeds   string
+	seed    int64
+	mutant  string
+	workers int
+}
+
+func newSimLedgerCommand() *cobra.Command {
+	var o simLedgerOptions
+	cmd := &cobra.Command{
+		Use:   "ledger",
+		Short: "Simulate a ledger: writer, zombie pause, recoveries and readers against faulty bookies",
+		Long: `Each seed runs one ledger: a writer adding entries, usually freezing part-way (a GC
+pause) and resuming as a zombie, one or two recoveries fencing and closing the ledger,
+and readers reading it back, over modelled bookies (journal fsync, crashes, fencing) and
+a network with delay, loss and partitions. Checkers: acknowledged entries survive
+recovery, readers and recoveries agree, no acknowledgement reaches the old writer past
+the recovered end, acknowledgements in entry order, zone-aware write quorums, and a
+complete fence before recovery reads on.
+
+Prints one line per seed with a safety violation and the trace of the first one; the
+last line is "sim ledger seeds=N violations=V". Exits non-zero when V > 0.
+Mutants (deliberately broken protocols the checkers must catch): ` + strings.Join(sim.Mutants, ", ") + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSimLedger(cmd.OutOrStdout(), o, cmd.Flags().Changed("seed"))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.seeds, "seeds", "1-100", "range of seeds to run, A-B (or one seed A)")
+	f.Int64Var(&o.seed, "seed", 0, "replay one seed exactly and print its whole trace")
+	f.StringVar(&o.mutant, "mutant", "", "run a deliberately broken protocol: "+strings.Join(sim.Mutants, ", "))
+	f.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "seeds run in parallel (each seed is deterministic on its own)")
+	return cmd
+}
+
+// errSafetyViolations makes the command exit non-zero after its report.
+var errSafetyViolations = errors.New("safety violations found")
+
+func runSimLedger(out io.Writer, o simLedgerOptions, single bool) error {
+	if _, err := sim.ParseMutant(o.mutant); err != nil {
+		return err
+	}
+	if single {
+		return replaySeed(out, o)
+	}
+	first, last, err := parseSeedRange(o.seeds)
+	if err != nil {
+		return err
+	}
+	if o.workers < 1 {
+		o.workers = 1
+	}
+	results := runSeeds(first, last, o.workers, sim.LedgerOptions{Mutant: o.mutant})
+
+	var violating, liveness []sim.LedgerResult
+	kinds := map[string]int{}
+	for _, r := range results {
+		if len(r.Violations) > 0 {
+			violating = append(violating, r)
+			seen := map[string]bool{}
+			for _, v := range r.Violations {
+				kind, _, _ := strings.Cut(v, ":")
+				if !seen[kind] {
+					seen[kind] = true
+					kinds[kind]++
+				}
+			}
+			fmt.Fprintf(out, "seed %d: %s\n", r.Seed, r.Violations[0])
+		}
+		if r.Liveness != "" {
+			liveness = append(liveness, r)
+		}
+	}
+	if len(violating) > 0 {
+		r := violating[0]
+		fmt.Fprintf(out, "\ntrace of seed %d (replay: quire sim ledger --seed %d%s)\nscenario: %s\n", r.Seed, r.Seed, mutantFlag(o.mutant), r.Scenario)
+		for _, line := range r.Trace {
+			fmt.Fprintln(out, "  "+line)
+		}
+		for _, v := range r.Violations {
+			fmt.Fprintln(out, "violation: "+v)
+		}
+		fmt.Fprintf(out, "\nseeds with a violation, by checker: %s\n", formatCounts(kinds))
+	}
+	if len(liveness) > 0 {
+		var seeds []string
+		for _, r := range liveness {
+			seeds = append(seeds, strconv.FormatInt(r.Seed, 10))
+		}
+		fmt.Fprintf(out, "liveness: %d seeds did not finish within the time bound (not counted as violations): %s\n", len(liveness), strings.Join(seeds, ", "))
+		fmt.Fprintf(out, "liveness: seed %d: %s\n", liveness[0].Seed, liveness[0].Liveness)
+	} else {
+		fmt.Fprintln(out, "liveness: every seed finished within the time bound")
+	}
+	fmt.Fprintf(out, "sim ledger seeds=%d violations=%d\n", len(results), len(violating))
+	if len(violating) > 0 {
+		return fmt.Errorf("sim ledger: %d of %d seeds: %w", len(violating), len(results), errSafetyViolations)
+	}
+	return nil
+}
+
+// runSeeds runs seeds first..last on workers goroutines and returns the
+// results in seed order. Traces are kept only for the lowest violating seed
+// seen so far, to bound memory on long runs.
+func runSeeds(first, last int64, workers int, opts sim.LedgerOptions) []sim.LedgerResult {
+	results := make([]sim.LedgerResult, last-first+1)
+	next := make(chan int64)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		lowest = last + 1 // lowest violating seed so far
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seed := range next {
+				r := sim.RunLedger(seed, opts)
+				mu.Lock()
+				if len(r.Violations) > 0 && seed < lowest {
+					if lowest <= last {
+						results[lowest-first].Trace = nil
+					}
+					lowest = seed
+				} else {
+					r.Trace = nil
+				}
+				results[seed-first] = r
+				mu.Unlock()
+			}
+		}()
+	}
+	for seed := first; seed <= last; seed++ {
+		next <- seed
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+// replaySeed runs one seed and prints everything about it.
+func replaySeed(out io.Writer, o simLedgerOptions) error {
+	r := sim.RunLedger(o.seed, sim.LedgerOptions{Mutant: o.mutant, Verbose: true})
+	if r.Err != nil {
+		return r.Err
+	}
+	fmt.Fprintf(out, "seed %d%s\nscenario: %s\n", r.Seed, mutantFlag(o.mutant), r.Scenario)
+	for _, line := range r.Trace {
+		fmt.Fprintln(out, "  "+line)
+	}
+	st := r.Stats
+	fmt.Fprintf(out, "stats: events=%d messages=%d dropped=%d entries=%d acked=%d last-entry=%d crashes=%d partitions=%d outages=%d writer-paused=%v writer-end=%s virtual-time=%v\n",
+		st.Events, st.Messages, st.Dropped, st.EntriesAdded, st.Acked, st.LastEntryID, st.Crashes, st.Partitions, st.Outages, st.WriterPaused, st.WriterEnd, st.VirtualTime)
+	for _, v := range r.Violations {
+		fmt.Fprintln(out, "violation: "+v)
+	}
+	if r.Liveness != "" {
+		fmt.Fprintln(out, "liveness: "+r.Liveness)
+	}
+	violations := 0
+	if len(r.Violations) > 0 {
+		violations = 1
+	}
+	fmt.Fprintf(out, "sim ledger seeds=1 violations=%d\n", violations)
+	if violations > 0 {
+		return fmt.Errorf("sim ledger: seed %d: %w", r.Seed, errSafetyViolations)
+	}
+	return nil
+}
+
+// parseSeedRange parses "A-B" or "A" (A ≤ B, both ≥ 0).
+func parseSeedRange(s string) (first, last int64, err error) {
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	first, err = strconv.ParseInt(a, 10, 64)
+	if err != nil || first < 0 {
+		return 0, 0, fmt.Errorf("--seeds %q: want A-B with 0 ≤ A ≤ B", s)
+	}
+	last = first
+	if isRange {
+		last, err = strconv.ParseInt(b, 10, 64)
+		if err != nil || last < first {
+			return 0, 0, fmt.Errorf("--seeds %q: want A-B with 0 ≤ A ≤ B", s)
+		}
+	}
+	return first, last, nil
+}
+
+func mutantFlag(m string) string {
+	if m == "" {
+		return ""
+	}
+	return " --mutant " + m
+}
+
+func formatCounts(counts map[string]int) string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, counts[k])
+	}
+	return strings.Join(parts, " ")
+}
