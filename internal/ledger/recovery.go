@@ -74,6 +74,9 @@ type recoveryRequest struct {
 	req      Request
 	index    int // ensemble index (fence) or -1
 	sentTick int64
+	// retried: it timed out and was sent again, but a late answer still
+	// counts (answers are idempotent), so slowness cannot livelock recovery.
+	retried bool
 }
 
 type entryLookup struct {
@@ -396,14 +399,16 @@ func (r *Recovery) Tick() {
 	}
 	ids := make([]uint64, 0)
 	for id, o := range r.outstanding {
-		if r.tick-o.sentTick >= int64(r.cfg.RequestTimeoutTicks) {
+		if !o.retried && r.tick-o.sentTick >= int64(r.cfg.RequestTimeoutTicks) {
 			ids = append(ids, id)
 		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		o := r.outstanding[id]
-		delete(r.outstanding, id)
+		o.retried = true
+		r.outstanding[id] = o
+		o.retried = false
 		r.retry(o)
 	}
 	if r.retryTick != 0 && r.tick >= r.retryTick {
