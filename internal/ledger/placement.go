@@ -33,7 +33,7 @@ func zoneRuleApplies(cluster []BookieInfo, writeQuorum int) bool {
 // the rule applies. rotate spreads load: callers pass e.g. the ledger id.
 // Deterministic for the same inputs.
 func PickEnsemble(cluster []BookieInfo, ensembleSize, writeQuorum int, exclude map[BookieID]bool, rotate int64) ([]BookieID, error) {
-	cands := candidates(cluster, exclude, rotate)
+	cands := interleaveZones(candidates(cluster, exclude, 0), rotate)
 	if len(cands) < ensembleSize {
 		return nil, fmt.Errorf("%w: %d writable of %d needed", ErrNotEnoughBookies, len(cands), ensembleSize)
 	}
@@ -138,6 +138,42 @@ func replacementFits(placed []BookieInfo, index int, zone string, writeQuorum in
 		}
 	}
 	return true
+}
+
+// interleaveZones orders candidates zone by zone in turn (z0[0], z1[0],
+// z2[0], z0[1], ...), with the zone order and each zone's members rotated by
+// rotate, so that successive ledgers start on different zones and use every
+// bookie of a zone equally, not the first of each zone every time.
+func interleaveZones(cands []BookieInfo, rotate int64) []BookieInfo {
+	byZone := map[string][]BookieInfo{}
+	var zones []string
+	for _, b := range cands {
+		if _, ok := byZone[b.Zone]; !ok {
+			zones = append(zones, b.Zone)
+		}
+		byZone[b.Zone] = append(byZone[b.Zone], b)
+	}
+	if len(zones) == 0 {
+		return nil
+	}
+	sort.Strings(zones)
+	rot := func(n int, by int64) int { return int(((by % int64(n)) + int64(n)) % int64(n)) }
+	r := rot(len(zones), rotate)
+	zones = append(zones[r:], zones[:r]...)
+	for i, z := range zones {
+		members := byZone[z]
+		k := rot(len(members), rotate/int64(len(zones))+int64(i))
+		byZone[z] = append(members[k:], members[:k]...)
+	}
+	out := make([]BookieInfo, 0, len(cands))
+	for depth := 0; len(out) < len(cands); depth++ {
+		for _, z := range zones {
+			if depth < len(byZone[z]) {
+				out = append(out, byZone[z][depth])
+			}
+		}
+	}
+	return out
 }
 
 // candidates lists writable bookies not in skip, sorted by id then rotated.

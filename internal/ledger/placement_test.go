@@ -198,3 +198,30 @@ func TestZoneRuleHoldsReportsTheCulprit(t *testing.T) {
 		t.Fatalf("got %v, want %q", err, want)
 	}
 }
+
+// TestPickEnsembleBalancesBookies: over many ledgers every bookie is used about
+// equally, whatever the bookies' names and zones.
+func TestPickEnsembleBalancesBookies(t *testing.T) {
+	cluster := []ledger.BookieInfo{
+		{ID: "b1", Zone: "a", Writable: true}, {ID: "b2", Zone: "a", Writable: true},
+		{ID: "b3", Zone: "b", Writable: true}, {ID: "b4", Zone: "b", Writable: true},
+		{ID: "b5", Zone: "c", Writable: true}, {ID: "b6", Zone: "c", Writable: true},
+	}
+	uses := map[ledger.BookieID]int{}
+	const ledgers = 60
+	for id := int64(1); id <= ledgers; id++ {
+		ens, err := ledger.PickEnsemble(cluster, 3, 3, nil, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range ens {
+			uses[b]++
+		}
+	}
+	for _, b := range cluster {
+		// 60 ledgers × 3 copies / 6 bookies = 30 each.
+		if n := uses[b.ID]; n < 25 || n > 35 {
+			t.Fatalf("uneven placement: %v", uses)
+		}
+	}
+}

@@ -527,7 +527,10 @@ func (w *Writer) stepCloseRead(r MetaResult) {
 	}
 	switch r.Metadata.State {
 	case StateOpen:
-		w.version = r.Version
+		// Someone else changed the record while it stayed open (autorecovery
+		// replacing a lost bookie in an earlier fragment): close on top of
+		// what is there now, not our stale copy, or the repair is undone.
+		w.md, w.version = r.Metadata.Clone(), r.Version
 		w.maybeClose()
 	case StateClosed:
 		// Someone recovered and closed it; it holds what we acknowledged if
