@@ -75,6 +75,7 @@ type bookieOptions struct {
 	metaEndpoints                                              []string
 	sessionTTL                                                 time.Duration
 	engine                                                     engineFlags
+	autorecovery                                               autorecoveryFlags
 }
 
 func newBookieCommand() *cobra.Command {
@@ -107,6 +108,13 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 				return err
 			}
 			defer n.Close()
+			ar, err := o.autorecovery.start(n.ID(), store, o.sessionTTL)
+			if err != nil {
+				return err
+			}
+			if ar != nil {
+				defer ar.Close() // before the node closes: stop repairing first
+			}
 			if o.httpAddr != "" {
 				health := admin.NewHealth()
 				health.Register("bookie", n.Healthy)
@@ -133,6 +141,7 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8000", "HTTP address for /healthz and /metrics (empty: none)")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 10*time.Second, "registration session TTL: a dead bookie disappears from the registry after this")
 	o.engine.register(cmd)
+	o.autorecovery.register(cmd)
 	return cmd
 }
 

@@ -174,7 +174,7 @@ func get(t *testing.T, url string) string {
 }
 
 func TestNotBuiltRolesExitNonZero(t *testing.T) {
-	for _, name := range []string{"broker", "admin"} {
+	for _, name := range []string{"broker"} {
 		root := newRootCommand()
 		root.SetArgs([]string{name, "--anything"})
 		root.SetOut(io.Discard)

@@ -58,7 +58,7 @@ and the defaults shown in each command's --help.`,
 		newStandaloneCommand(),
 		newBookieCommand(),
 		notBuilt("broker", "Run a broker: topic owners, Kafka and Pulsar front ends"),
-		notBuilt("admin", "Administer a cluster from the command line"),
+		newAdminCommand(),
 		newPerfCommand(),
 		newSimCommand(),
 	)
