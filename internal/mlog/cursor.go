@@ -1,0 +1,240 @@
+package mlog
+
+import (
+	"fmt"
+	"iter"
+)
+
+// DefaultMaxUnackedRangesToPersist is how many individually acknowledged
+// ranges a cursor snapshot holds by default (Pulsar's
+// managedLedgerMaxUnackedRangesToPersist). Ranges beyond it live only in
+// memory and their messages are redelivered after a crash.
+const DefaultMaxUnackedRangesToPersist = 10000
+
+// CursorOptions configure a cursor.
+type CursorOptions struct {
+	// Ledgers answers which entry follows a position; nil means a log without
+	// ledger boundaries (the entry after ledger:e is ledger:e+1).
+	Ledgers Ledgers
+	// MaxRangesToPersist is the limit that RangesInMemoryOnly and
+	// LimitCrossed measure against; 0 means DefaultMaxUnackedRangesToPersist.
+	// The shell passes the same value to Snapshot.
+	MaxRangesToPersist int
+}
+
+// Cursor is one subscription's acknowledgement state on a topic: a
+// deterministic state machine with no I/O. The owner persists Snapshot
+// output and restores it with Restore.
+//
+// Positions given to a cursor are trusted: the managed ledger checks that a
+// client acknowledges only entries that exist.
+type Cursor struct {
+	name    string
+	ledgers Ledgers
+	// markDelete: every position <= markDelete is acknowledged.
+	markDelete Position
+	// acked holds the individually acknowledged positions above markDelete.
+	// Invariant: every range of acked is > markDelete; at least one entry
+	// lies between markDelete and the first range (else it would have been
+	// folded into markDelete) and between any two neighbouring ranges (else
+	// they would have been bridged into one), so Len() counts real holes.
+	acked RangeSet
+
+	maxRangesToPersist int
+	// overLimit: acked.Len() > maxRangesToPersist after the last change.
+	overLimit bool
+	// crossed: overLimit went false -> true since LimitCrossed last said so.
+	crossed bool
+}
+
+// NewCursor returns a cursor at markDelete with nothing acknowledged above
+// it. A cursor at the start of a topic has markDelete BeforeLedger(first).
+// The name must fit in MaxCursorNameLen bytes (it is part of every snapshot).
+func NewCursor(name string, markDelete Position, opts CursorOptions) (*Cursor, error) {
+	if len(name) > MaxCursorNameLen {
+		return nil, fmt.Errorf("new cursor: %w: %d bytes, limit %d", ErrNameTooLong, len(name), MaxCursorNameLen)
+	}
+	c := &Cursor{name: name, markDelete: markDelete}
+	c.setOptions(opts)
+	return c, nil
+}
+
+func (c *Cursor) setOptions(opts CursorOptions) {
+	c.ledgers = opts.Ledgers
+	if c.ledgers == nil {
+		c.ledgers = denseLedgers{}
+	}
+	c.maxRangesToPersist = opts.MaxRangesToPersist
+	if c.maxRangesToPersist <= 0 {
+		c.maxRangesToPersist = DefaultMaxUnackedRangesToPersist
+	}
+}
+
+// Name returns the cursor's (subscription's) name.
+func (c *Cursor) Name() string { return c.name }
+
+// MarkDelete returns the mark-delete position: every position at or below it
+// is acknowledged. Ledgers wholly at or below the slowest cursor's
+// mark-delete position may be deleted.
+func (c *Cursor) MarkDelete() Position { return c.markDelete }
+
+// Ack acknowledges p individually. It reports whether the mark-delete
+// position moved (the managed ledger may then trim ledgers).
+func (c *Cursor) Ack(p Position) (advanced bool) {
+	return c.AckRange(p, p)
+}
+
+// AckRange acknowledges every position in [lo, hi] individually (an empty
+// range, hi < lo, acknowledges nothing). Positions at or below the
+// mark-delete position are already acknowledged and ignored. It reports
+// whether the mark-delete position moved.
+func (c *Cursor) AckRange(lo, hi Position) (advanced bool) {
+	if !c.markDelete.Less(hi) || hi.Less(lo) {
+		return false
+	}
+	if !c.markDelete.Less(lo) {
+		lo, _ = successor(c.markDelete) // exists: markDelete < hi
+	}
+	if c.acked.Len() == 0 && c.noEntriesBetween(c.markDelete, lo) {
+		// The common case of a consumer acknowledging in order.
+		c.markDelete = hi
+		c.updateLimit()
+		return true
+	}
+	c.bridge(c.acked.add(Range{Lo: lo, Hi: hi}))
+	advanced = c.settle()
+	c.updateLimit()
+	return advanced
+}
+
+// AckCumulative acknowledges every position <= p, as an Exclusive or
+// Failover subscription or a Kafka offset commit does (a Kafka committed
+// offset names the next record to read, so the caller passes the one
+// before it). It reports whether the mark-delete position moved.
+func (c *Cursor) AckCumulative(p Position) (advanced bool) {
+	if !c.markDelete.Less(p) {
+		return false
+	}
+	c.markDelete = p
+	c.acked.RemoveThrough(p)
+	c.settle()
+	c.updateLimit()
+	return true
+}
+
+// IsAcked reports whether p is acknowledged.
+func (c *Cursor) IsAcked(p Position) bool {
+	return !c.markDelete.Less(p) || c.acked.Contains(p)
+}
+
+// Holes returns the number of unacknowledged gaps above the mark-delete
+// position that are followed by an acknowledged range; each such gap ends
+// where one acknowledged range begins, so it equals the number of ranges.
+// The open tail after the last acknowledged range is not a hole.
+func (c *Cursor) Holes() int { return c.acked.Len() }
+
+// NextUnacked returns the first entry at or after from that is not
+// acknowledged, for dispatch and redelivery; false when there is none yet.
+func (c *Cursor) NextUnacked(from Position) (Position, bool) {
+	start, ok := predecessor(from)
+	if !ok || start.Less(c.markDelete) {
+		start = c.markDelete
+	}
+	// Each round skips a whole acknowledged range; since the ranges are
+	// disjoint the loop ends within Len()+1 rounds.
+	for range c.acked.Len() + 1 {
+		p, ok := c.ledgers.Next(start)
+		if !ok {
+			return Position{}, false
+		}
+		r, ok := c.acked.Containing(p)
+		if !ok {
+			return p, true
+		}
+		start = r.Hi
+	}
+	return Position{}, false
+}
+
+// AckedRanges iterates over the individually acknowledged ranges above the
+// mark-delete position, lowest first. The cursor must not change during the
+// iteration.
+func (c *Cursor) AckedRanges() iter.Seq[Range] { return c.acked.All() }
+
+// AckedCount returns how many positions above the mark-delete position are
+// acknowledged, for the backlog (entries after markDelete minus this); false
+// when some range spans ledgers and the caller must count it with the ledger
+// sizes (AckedRanges).
+func (c *Cursor) AckedCount() (int64, bool) { return c.acked.Count() }
+
+// MaxRangesToPersist returns the configured limit on persisted ranges.
+func (c *Cursor) MaxRangesToPersist() int { return c.maxRangesToPersist }
+
+// RangesInMemoryOnly returns how many acknowledged ranges exceed the limit:
+// a snapshot taken now would leave them out and a crash would redeliver
+// their messages. Exported as a gauge per cursor.
+func (c *Cursor) RangesInMemoryOnly() int {
+	return max(0, c.acked.Len()-c.maxRangesToPersist)
+}
+
+// LimitCrossed reports whether the number of ranges went above the limit
+// since the previous call that returned true, counting only crossings that
+// followed a time below the limit. The shell logs a warning when it returns
+// true, so each cursor logs once per crossing, not once per ack.
+func (c *Cursor) LimitCrossed() (crossedNow bool) {
+	crossedNow, c.crossed = c.crossed, false
+	return crossedNow
+}
+
+// settle folds acknowledged ranges into the mark-delete position while the
+// first range begins at the first entry after it, possibly in a later ledger.
+// It reports whether the mark-delete position moved.
+func (c *Cursor) settle() (advanced bool) {
+	for {
+		first, ok := c.acked.First()
+		if !ok || !c.noEntriesBetween(c.markDelete, first.Lo) {
+			return advanced
+		}
+		c.markDelete = first.Hi
+		c.acked.removeFirst()
+		advanced = true
+	}
+}
+
+// bridge joins a just-added range with its neighbours when only a ledger
+// boundary with no entries in it separates them (e.g. [3:5, 3:9] and
+// [7:0, 7:4] when 3:9 is the last entry of ledger 3 and ledger 7 follows it).
+// The set itself merges neighbours within a ledger; only the cursor can ask
+// the ledger list. The bridge range adds positions that hold no entries,
+// which is harmless: no one acknowledges or reads them.
+//
+// Only the edges the add created need a look: every other pair of
+// neighbouring ranges was looked at when the later of its edges was made,
+// and the answer cannot change since, because a topic only appends entries.
+func (c *Cursor) bridge(r Range, e edges) {
+	if e.hasBefore && c.noEntriesBetween(e.before.Hi, r.Lo) {
+		r, _ = c.acked.Add(Range{Lo: e.before.Hi, Hi: r.Lo})
+	}
+	if e.hasAfter && c.noEntriesBetween(r.Hi, e.after.Lo) {
+		c.acked.Add(Range{Lo: r.Hi, Hi: e.after.Lo})
+	}
+}
+
+// noEntriesBetween reports whether no entry lies strictly between a and b
+// (a < b). Within a ledger that means b is a's next entry; across ledgers the
+// ledger list decides.
+func (c *Cursor) noEntriesBetween(a, b Position) bool {
+	if a.LedgerID == b.LedgerID {
+		return adjacentInLedger(a, b)
+	}
+	next, ok := c.ledgers.Next(a)
+	return ok && !next.Less(b)
+}
+
+func (c *Cursor) updateLimit() {
+	over := c.acked.Len() > c.maxRangesToPersist
+	if over && !c.overLimit {
+		c.crossed = true
+	}
+	c.overLimit = over
+}
