@@ -208,3 +208,58 @@ func TestEnsembleChangeOnBookieFailure(t *testing.T) {
 		t.Fatalf("read %d: %v", len(got), err)
 	}
 }
+
+// TestTailReadByLongPoll: a reader follows an open ledger by long-polling the
+// LAC and reading up to it.
+func TestTailReadByLongPoll(t *testing.T) {
+	c := startCluster(t, "a", "b", "c")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := c.client(t, "w").Create(ctx, 3, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := c.client(t, "tail")
+	md, _, err := reader.ReadMetadata(ctx, w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing yet: the poll times out.
+	if _, err := reader.WaitLAC(ctx, md, -1, 200*time.Millisecond); !errors.Is(err, ErrNoNewEntries) {
+		t.Fatalf("poll on an empty ledger: %v", err)
+	}
+	// The writer appends in the background, one at a time (so each add
+	// carries the previous entry's LAC), while the reader tails.
+	written := make(chan struct{})
+	defer func() { <-written }()
+	go func() {
+		defer close(written)
+		for i := 0; i < 50; i++ {
+			if _, err := w.Append(ctx, payload(i)); err != nil {
+				t.Errorf("append %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	lac, next := int64(-1), int64(0)
+	for next < 49 { // the last entry's LAC rides on an add that never comes
+		got, err := reader.WaitLAC(ctx, md, lac, 5*time.Second)
+		if err != nil {
+			t.Fatalf("tail after LAC %d: %v", lac, err)
+		}
+		if got <= lac {
+			t.Fatalf("LAC went from %d to %d", lac, got)
+		}
+		lac = got
+		entries, err := reader.Read(ctx, md, next, lac)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range entries {
+			if !bytes.Equal(p, payload(int(next)+i)) {
+				t.Fatalf("tailed entry %d = %q", next+int64(i), p)
+			}
+		}
+		next = lac + 1
+	}
+}
