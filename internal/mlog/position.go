@@ -10,6 +10,12 @@
 // through the small Ledgers interface. Persisting a cursor snapshot, trimming
 // ledgers and dispatching messages belong to the managed ledger and the
 // subscription that own it.
+//
+// Topic is the managed ledger of one topic, a state machine of the same
+// kind: takeover, rollover, trimming, cursor persistence, backlog quota and
+// TTL, with every ledger and metadata operation an output (Ready) carried
+// out by the shell in package mlogclient. This package must never do I/O,
+// start goroutines or read a clock.
 package mlog
 
 import (

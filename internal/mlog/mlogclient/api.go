@@ -1,0 +1,223 @@
+package mlogclient
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"quire/internal/mlog"
+)
+
+// Append writes payload and returns its position once the ledger's ack
+// quorum has it (and the ledger is on the topic's persisted list).
+func (t *Topic) Append(ctx context.Context, payload []byte) (mlog.Position, error) {
+	ch := make(chan mlog.AppendAck, 1)
+	err := t.call(ctx, func() {
+		t.token++
+		t.waiters[t.token] = ch
+		t.core.Append(t.token, payload, time.Now())
+	})
+	if err != nil {
+		return mlog.Position{}, err
+	}
+	select {
+	case a := <-ch:
+		return a.Pos, a.Err
+	case <-ctx.Done():
+		return mlog.Position{}, ctx.Err()
+	}
+}
+
+// Read returns up to maxEntries entries from the first one at or after
+// from, across ledgers, within what producers have been acknowledged.
+// Recent entries come from the cache; the rest from the bookies.
+func (t *Topic) Read(ctx context.Context, from mlog.Position, maxEntries int) ([]Entry, error) {
+	type miss struct {
+		span  mlog.ReadSpan
+		index int // where its entries go in out
+	}
+	var out []Entry
+	var misses []miss
+	err := t.call(ctx, func() {
+		for _, span := range t.core.Locate(from, maxEntries) {
+			for e := span.First; e <= span.Last; e++ {
+				p := mlog.Position{LedgerID: span.Ledger, EntryID: e}
+				payload, ok := t.cache.get(p)
+				if !ok {
+					// Everything from here to the span's end is read from the
+					// bookies in one request.
+					misses = append(misses, miss{mlog.ReadSpan{Ledger: span.Ledger, First: e, Last: span.Last}, len(out)})
+					for ; e <= span.Last; e++ {
+						out = append(out, Entry{Pos: mlog.Position{LedgerID: span.Ledger, EntryID: e}})
+					}
+					break
+				}
+				out = append(out, Entry{Pos: p, Payload: payload})
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	var missed int64
+	for _, m := range misses {
+		md, _, err := t.cfg.Ledgers.ReadMetadata(ctx, m.span.Ledger)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", from, err)
+		}
+		payloads, err := t.cfg.Ledgers.Read(ctx, md, m.span.First, m.span.Last)
+		if err != nil {
+			return nil, fmt.Errorf("read ledger %d entries %d..%d: %w", m.span.Ledger, m.span.First, m.span.Last, err)
+		}
+		for i, p := range payloads {
+			out[m.index+i].Payload = p
+		}
+		missed += int64(len(payloads))
+	}
+	t.statsMu.Lock()
+	t.hits += int64(len(out)) - missed
+	t.misses += missed
+	t.statsMu.Unlock()
+	return out, nil
+}
+
+// Stats returns the core's stats with the cache counters.
+func (t *Topic) Stats(ctx context.Context) (mlog.Stats, error) {
+	var s mlog.Stats
+	err := t.call(ctx, func() { s = t.core.Stats() })
+	t.statsMu.Lock()
+	s.CacheHits, s.CacheMisses = t.hits, t.misses
+	t.statsMu.Unlock()
+	return s, err
+}
+
+// Ledgers returns the topic's ledger list.
+func (t *Topic) Ledgers(ctx context.Context) ([]mlog.LedgerInfo, error) {
+	var ls []mlog.LedgerInfo
+	err := t.call(ctx, func() { ls = t.core.Ledgers() })
+	return ls, err
+}
+
+// Close persists the cursors, closes the current ledger and stops. It
+// returns the topic's error when it had already stopped (mlog.ErrFenced).
+func (t *Topic) Close(ctx context.Context) error {
+	ch := make(chan error, 1)
+	err := t.call(ctx, func() {
+		if done, err := t.core.Done(); done {
+			ch <- err
+			return
+		}
+		t.closing = append(t.closing, ch)
+		t.core.Close(time.Now())
+	})
+	if err == nil {
+		select {
+		case err = <-ch:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	t.stop()
+	return err
+}
+
+// Cursor is a subscription on the topic.
+type Cursor struct {
+	t    *Topic
+	name string
+}
+
+// OpenCursor opens (or creates) the named cursor; a new one starts at the
+// beginning of the topic when fromStart, else at its end.
+func (t *Topic) OpenCursor(ctx context.Context, name string, fromStart bool) (*Cursor, error) {
+	var err error
+	if cerr := t.call(ctx, func() { err = t.core.OpenCursor(name, fromStart, time.Now()) }); cerr != nil {
+		return nil, cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Cursor{t: t, name: name}, nil
+}
+
+// Ack acknowledges p individually.
+func (c *Cursor) Ack(ctx context.Context, p mlog.Position) error {
+	var err error
+	if cerr := c.t.call(ctx, func() { err = c.t.core.Ack(c.name, p, time.Now()) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// AckCumulative acknowledges every position <= p.
+func (c *Cursor) AckCumulative(ctx context.Context, p mlog.Position) error {
+	var err error
+	if cerr := c.t.call(ctx, func() { err = c.t.core.AckCumulative(c.name, p, time.Now()) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// MarkDelete returns the cursor's mark-delete position.
+func (c *Cursor) MarkDelete(ctx context.Context) (mlog.Position, error) {
+	var md mlog.Position
+	err := c.t.call(ctx, func() {
+		if cur, ok := c.t.core.Cursor(c.name); ok {
+			md = cur.MarkDelete()
+		}
+	})
+	return md, err
+}
+
+// Unacked returns up to maxEntries unacknowledged positions from the first
+// one at or after from: what a dispatcher would (re)deliver.
+func (c *Cursor) Unacked(ctx context.Context, from mlog.Position, maxEntries int) ([]mlog.Position, error) {
+	var out []mlog.Position
+	err := c.t.call(ctx, func() {
+		cur, ok := c.t.core.Cursor(c.name)
+		if !ok {
+			return
+		}
+		for len(out) < maxEntries {
+			p, ok := cur.NextUnacked(from)
+			if !ok {
+				return
+			}
+			out = append(out, p)
+			from = mlog.Position{LedgerID: p.LedgerID, EntryID: p.EntryID + 1}
+		}
+	})
+	return out, err
+}
+
+// entryCache keeps the most recent entries for tailing readers: a map plus
+// a ring of positions in insertion order, evicting the oldest. Owned by the
+// loop goroutine.
+type entryCache struct {
+	entries map[mlog.Position][]byte
+	ring    []mlog.Position
+	next    int
+}
+
+func newEntryCache(size int) entryCache {
+	return entryCache{entries: make(map[mlog.Position][]byte, size), ring: make([]mlog.Position, 0, size)}
+}
+
+func (c *entryCache) put(p mlog.Position, payload []byte) {
+	if _, ok := c.entries[p]; ok {
+		return
+	}
+	if len(c.ring) < cap(c.ring) {
+		c.ring = append(c.ring, p)
+	} else {
+		delete(c.entries, c.ring[c.next])
+		c.ring[c.next] = p
+		c.next = (c.next + 1) % len(c.ring)
+	}
+	c.entries[p] = payload
+}
+
+func (c *entryCache) get(p mlog.Position) ([]byte, bool) {
+	b, ok := c.entries[p]
+	return b, ok
+}

@@ -1,0 +1,585 @@
+package mlog
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"quire/internal/ledger"
+	"quire/internal/meta"
+)
+
+// Topic is the managed ledger of one topic owned by this process: a
+// deterministic state machine in the style of ledger.Writer. Inputs go in
+// through Open, Append, Ack, AckCumulative, OpenCursor, StepLedger,
+// StepMeta, Tick and Close — each with the current time, since the core
+// has no clock — and the work to do comes out of Ready: ledger operations,
+// metadata operations, acknowledgements to producers and events to log.
+// The caller carries out every operation and feeds its result back with the
+// same OpID.
+//
+// Ordering rules the core keeps (and tests check):
+//   - appends are accepted only after the ledger they go to is on the
+//     persisted ledger list (takeover and rollover CAS first, then write);
+//   - a ledger is deleted from the bookies only after the CAS that removes
+//     it from the list succeeded;
+//   - a failed CAS on the topic or a cursor record (ErrBadVersion,
+//     ErrExists), or a fenced ledger, means another broker owns the topic:
+//     the core stops with ErrFenced and sends nothing more.
+type Topic struct {
+	cfg   TopicConfig
+	phase phase
+	err   error // why the topic stopped (phaseFailed)
+	ready Ready
+	now   time.Time
+
+	nextOp    OpID
+	ledgerOps map[OpID]pendingLedger
+	metaOps   map[OpID]pendingMeta
+
+	cursorNames   []string // as persisted in the topic record
+	recordVersion meta.Version
+	// recordBusy: a topic-record CAS is in flight. Invariant: at most one,
+	// so each CAS is built from the outcome of the previous one.
+	recordBusy bool
+	// recordDirty: the record should be rewritten (new cursor, ledger close
+	// fix-up) at the next opportunity.
+	recordDirty bool
+	list        topicLedgers
+	times       map[int64]*timeIndex
+	loadWaiting int // cursor records still being read during Open
+	openLedger  int64
+
+	current  int64 // the ledger appends go to; 0 before Open finishes
+	inflight int   // appends sent to current and not yet answered
+	queue    []queuedAppend
+	held     []queuedAppend
+	roll     rollState
+	closing  closeState
+
+	cursors map[string]*cursorState
+	// deleteAfterRecord: records of deleted cursors, deleted only after the
+	// topic record stops naming them (else a takeover in between would
+	// bring the subscription back at the start of the topic).
+	deleteAfterRecord map[string]meta.Version
+	stats             Stats
+}
+
+type phase int
+
+const (
+	phaseNew phase = iota
+	phaseLoading
+	phaseRecovering
+	phaseCreating
+	phaseRegistering
+	phaseOpen
+	phaseClosing
+	phaseClosed
+	phaseFailed
+)
+
+var phaseNames = [...]string{"new", "loading", "recovering", "creating", "registering", "open", "closing", "closed", "failed"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+type rollState struct {
+	// active: appends queue while in-flight ones to the current ledger
+	// drain, so the CAS records the current ledger's final size.
+	active   bool
+	creating bool
+	casing   bool
+	// spare is a created ledger not yet on the list (kept across a failed
+	// CAS so a retry does not create another).
+	spare   int64
+	force   bool // the current ledger failed: roll even if policy says no
+	retryAt time.Time
+}
+
+type closeState struct {
+	ledgerClosing bool
+	ledgerClosed  bool
+}
+
+type queuedAppend struct {
+	token    uint64
+	payload  []byte
+	deadline time.Time // held appends only
+}
+
+type cursorState struct {
+	c           *Cursor
+	version     meta.Version
+	dirty       bool
+	persisting  bool
+	lastPersist time.Time
+	persisted   int // ranges in the last successful snapshot
+	mdMovedAt   time.Time
+}
+
+// Open starts taking the topic over: read its record and cursors, recover
+// and close the previous owner's last ledger, create a new one and CAS it
+// onto the list. Appends given meanwhile queue.
+func (t *Topic) Open(now time.Time) {
+	t.now = now
+	if t.phase != phaseNew {
+		return
+	}
+	t.phase = phaseLoading
+	t.sendMeta(pendingMeta{purpose: metaLoadTopic}, MetaOp{Kind: MetaGet, Key: TopicKey(t.cfg.Name)})
+}
+
+// Ready returns and clears the work to do.
+func (t *Topic) Ready() Ready {
+	rd := t.ready
+	t.ready = Ready{}
+	return rd
+}
+
+// Done reports whether the topic stopped: closed cleanly (err nil) or failed
+// (ErrFenced, or why Open failed).
+func (t *Topic) Done() (bool, error) {
+	return t.phase == phaseClosed || t.phase == phaseFailed, t.err
+}
+
+// Err returns why the topic stopped, or nil.
+func (t *Topic) Err() error { return t.err }
+
+// Phase names the topic's phase, for logs and tests.
+func (t *Topic) Phase() string { return t.phase.String() }
+
+// Append accepts a producer's entry, identified by token in the AppendAck
+// that answers it.
+func (t *Topic) Append(token uint64, payload []byte, now time.Time) {
+	t.now = now
+	switch {
+	case t.phase == phaseFailed:
+		t.ackErr(token, t.err)
+		return
+	case t.phase >= phaseClosing:
+		t.ackErr(token, ErrClosed)
+		return
+	}
+	q := queuedAppend{token: token, payload: payload}
+	if t.phase == phaseOpen && !t.quotaExceeded() && len(t.held) > 0 {
+		// Room again before the tick noticed: held appends go first, so a
+		// producer's entries stay in order.
+		t.releaseHeld()
+	}
+	if t.phase == phaseOpen && t.quotaExceeded() {
+		switch t.cfg.Quota.Policy {
+		case ProducerException:
+			t.stats.QuotaRejected++
+			t.ackErr(token, ErrBacklogQuotaExceeded)
+			return
+		case ConsumerBacklogEviction:
+			t.evict()
+		default: // ProducerRequestHold, Pulsar's default
+			if len(t.held) >= t.cfg.MaxHeldAppends {
+				t.stats.QuotaRejected++
+				t.ackErr(token, ErrBacklogQuotaExceeded)
+				return
+			}
+			q.deadline = now.Add(t.cfg.QuotaHoldTimeout)
+			t.held = append(t.held, q)
+			return
+		}
+	}
+	t.enqueue(q)
+}
+
+// enqueue sends q to the current ledger or, while none is writable, queues
+// it (bounded).
+func (t *Topic) enqueue(q queuedAppend) {
+	if t.phase == phaseOpen && !t.roll.active && len(t.queue) == 0 {
+		t.sendAppend(q)
+		return
+	}
+	if len(t.queue) >= t.cfg.MaxQueuedAppends {
+		t.ackErr(q.token, ErrTooManyQueued)
+		return
+	}
+	t.queue = append(t.queue, q)
+}
+
+func (t *Topic) sendAppend(q queuedAppend) {
+	t.inflight++
+	t.sendLedger(pendingLedger{token: q.token, size: int64(len(q.payload))},
+		LedgerOp{Kind: LedgerAppend, Ledger: t.current, Payload: q.payload})
+}
+
+// flushQueue sends queued appends once a ledger is writable again.
+func (t *Topic) flushQueue() {
+	if t.phase != phaseOpen || t.roll.active {
+		return
+	}
+	q := t.queue
+	t.queue = nil
+	for _, a := range q {
+		t.sendAppend(a)
+	}
+}
+
+func (t *Topic) ackErr(token uint64, err error) {
+	t.ready.Acks = append(t.ready.Acks, AppendAck{Token: token, Err: err})
+}
+
+// StepLedger feeds the result of a ledger operation.
+func (t *Topic) StepLedger(res LedgerResult, now time.Time) {
+	t.now = now
+	p, ok := t.ledgerOps[res.ID]
+	if !ok {
+		return
+	}
+	delete(t.ledgerOps, res.ID)
+	if isFenced(res.Err) && p.kind != LedgerDelete {
+		t.fail(fmt.Errorf("ledger %d: %w", p.ledger, ErrFenced))
+		if p.kind == LedgerAppend {
+			t.ackErr(p.token, t.err)
+		}
+		return
+	}
+	switch p.kind {
+	case LedgerAppend:
+		t.onAppended(p, res)
+	case LedgerRecover:
+		t.onRecovered(p, res)
+	case LedgerCreate:
+		t.onCreated(res)
+	case LedgerClose:
+		t.onLedgerClosed(p, res)
+	case LedgerDelete:
+		if res.Err != nil {
+			t.stats.DeleteFailures++
+		}
+	}
+}
+
+func (t *Topic) onAppended(p pendingLedger, res LedgerResult) {
+	if p.ledger == t.current {
+		t.inflight--
+	}
+	if res.Err != nil {
+		// The writer gave up on the ledger (not fenced): fail this append
+		// and move to a fresh ledger.
+		t.ackErr(p.token, fmt.Errorf("append to ledger %d: %w", p.ledger, res.Err))
+		t.roll.force = true
+		t.afterWrite()
+		return
+	}
+	if i := t.list.index(p.ledger); i < len(t.list.infos) && t.list.infos[i].ID == p.ledger {
+		info := &t.list.infos[i]
+		info.Entries = max(info.Entries, res.EntryID+1)
+		info.Size += p.size
+		t.timesOf(p.ledger).record(res.EntryID, t.now, t.cfg.TimeIndexInterval)
+	}
+	t.ready.Acks = append(t.ready.Acks, AppendAck{Token: p.token, Pos: Position{p.ledger, res.EntryID}})
+	t.afterWrite()
+}
+
+// afterWrite moves a rollover or a close on once in-flight appends drained.
+func (t *Topic) afterWrite() {
+	if t.phase == phaseOpen && !t.roll.active && (t.roll.force || t.cfg.Rollover.ShouldRoll(t.currentInfo(), t.now)) &&
+		!t.now.Before(t.roll.retryAt) {
+		t.startRoll()
+	}
+	t.tryRollCAS()
+	t.tryFinishClose()
+}
+
+func (t *Topic) onRecovered(p pendingLedger, res LedgerResult) {
+	if res.Err != nil {
+		t.fail(fmt.Errorf("open topic %s: recover ledger %d: %w", t.cfg.Name, p.ledger, res.Err))
+		return
+	}
+	last := &t.list.infos[len(t.list.infos)-1]
+	last.Entries, last.Size, last.Closed = res.Entries, res.Size, t.now
+	t.createLedger(phaseCreating)
+}
+
+func (t *Topic) createLedger(next phase) {
+	if next != phaseOpen {
+		t.phase = next
+	}
+	t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerCreate})
+}
+
+func (t *Topic) onCreated(res LedgerResult) {
+	if t.phase == phaseCreating {
+		if res.Err != nil {
+			t.fail(fmt.Errorf("open topic %s: create ledger: %w", t.cfg.Name, res.Err))
+			return
+		}
+		t.openLedger = res.Ledger
+		t.phase = phaseRegistering
+		t.list.infos = append(t.list.infos, LedgerInfo{ID: res.Ledger, Created: t.now})
+		t.casRecord(pendingMeta{purpose: metaRecordOpen}, t.list.infos)
+		return
+	}
+	if t.phase != phaseOpen || !t.roll.creating {
+		// Created after we stopped or failed: nobody will write it.
+		if res.Err == nil {
+			t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: res.Ledger})
+		}
+		return
+	}
+	t.roll.creating = false
+	if res.Err != nil {
+		t.rolloverFailed(fmt.Errorf("create ledger: %w", res.Err))
+		return
+	}
+	t.roll.spare = res.Ledger
+	t.tryRollCAS()
+}
+
+func (t *Topic) onLedgerClosed(p pendingLedger, res LedgerResult) {
+	if p.ledger == t.current {
+		t.closing.ledgerClosed = true
+		t.tryFinishClose()
+		return
+	}
+	if res.Err != nil {
+		return
+	}
+	// The ledger's closed metadata is the truth; fix the list if the CAS
+	// that closed it recorded something else (an append that failed).
+	i := t.list.index(p.ledger)
+	if i < len(t.list.infos) && t.list.infos[i].ID == p.ledger {
+		info := &t.list.infos[i]
+		if info.Entries != res.Entries || info.Size != res.Size {
+			info.Entries, info.Size = res.Entries, res.Size
+			t.recordDirty = true
+		}
+	}
+}
+
+// StepMeta feeds the result of a metadata operation.
+func (t *Topic) StepMeta(res MetaResult, now time.Time) {
+	t.now = now
+	p, ok := t.metaOps[res.ID]
+	if !ok {
+		return
+	}
+	delete(t.metaOps, res.ID)
+	if t.phase == phaseFailed {
+		return
+	}
+	if p.purpose >= metaRecordOpen {
+		t.recordBusy = false
+		if res.Err == nil {
+			t.recordVersion = res.Version
+		}
+		for name, version := range p.deletes {
+			if res.Err != nil {
+				t.deleteAfterRecord[name] = version
+				continue
+			}
+			t.sendMeta(pendingMeta{purpose: metaCursorDelete, cursor: name},
+				MetaOp{Kind: MetaDelete, Key: CursorKey(t.cfg.Name, name), Version: version})
+		}
+	}
+	lostRace := isLostRace(res.Err)
+	if lostRace && p.purpose >= metaRecordOpen {
+		if p.purpose == metaRecordOpen {
+			// Nobody will ever write the ledger we created: delete it.
+			t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: t.openLedger})
+		}
+		t.fail(fmt.Errorf("topic %s: %s: %w (%v)", t.cfg.Name, p.purpose, ErrFenced, res.Err))
+		return
+	}
+	switch p.purpose {
+	case metaLoadTopic:
+		t.onTopicLoaded(res)
+	case metaLoadCursor:
+		t.onCursorLoaded(p.cursor, res)
+	case metaRecordOpen:
+		if res.Err != nil {
+			t.fail(fmt.Errorf("open topic %s: register ledger %d: %w", t.cfg.Name, t.openLedger, res.Err))
+			return
+		}
+		t.current = t.openLedger
+		t.phase = phaseOpen
+		// Claim the cursor records: rewriting them bumps their versions, so
+		// a fenced previous owner's next cursor write fails its CAS.
+		for _, cs := range t.cursors {
+			cs.dirty, cs.lastPersist = true, time.Time{}
+		}
+		t.event(EventOpened, "", nil, fmt.Sprintf("ledger %d", t.current))
+		t.flushQueue()
+	case metaRecordRoll:
+		t.onRollRecorded(p.proposal, res)
+	case metaRecordTrim:
+		t.onTrimRecorded(p.ledgers, res)
+	case metaRecordSync:
+		if res.Err != nil {
+			t.recordDirty = true
+		}
+	case metaCursorPersist:
+		t.onCursorPersisted(p.cursor, p.persisted, res)
+	case metaCheckOwner:
+		t.onOwnerChecked(p.cursor, res)
+	case metaCursorVersion:
+		if cs := t.cursors[p.cursor]; cs != nil && res.Err == nil {
+			cs.version, cs.lastPersist = res.Version, time.Time{} // rewrite at once
+		}
+	}
+	t.tryRollCAS()
+	t.tryFinishClose()
+}
+
+func (t *Topic) onTopicLoaded(res MetaResult) {
+	switch {
+	case errors.Is(res.Err, meta.ErrNotFound):
+		t.recordVersion = 0
+	case res.Err != nil:
+		t.fail(fmt.Errorf("open topic %s: read record: %w", t.cfg.Name, res.Err))
+		return
+	default:
+		rec, err := unmarshalTopicRecord(res.Value)
+		if err != nil {
+			t.fail(fmt.Errorf("open topic %s: %w", t.cfg.Name, err))
+			return
+		}
+		t.recordVersion = res.Version
+		t.list.infos = rec.Ledgers
+		t.cursorNames = rec.Cursors
+	}
+	t.loadWaiting = len(t.cursorNames)
+	for _, name := range t.cursorNames {
+		t.sendMeta(pendingMeta{purpose: metaLoadCursor, cursor: name}, MetaOp{Kind: MetaGet, Key: CursorKey(t.cfg.Name, name)})
+	}
+	if t.loadWaiting == 0 {
+		t.afterLoad()
+	}
+}
+
+func (t *Topic) onCursorLoaded(name string, res MetaResult) {
+	opts := t.cursorOptions()
+	cs := &cursorState{mdMovedAt: t.now}
+	switch {
+	case errors.Is(res.Err, meta.ErrNotFound):
+		// Registered in the record but never persisted (the previous owner
+		// died in between): start from the beginning, which redelivers
+		// rather than loses.
+		c, err := NewCursor(name, t.list.start(), opts)
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		cs.c, cs.dirty = c, true
+	case res.Err != nil:
+		t.fail(fmt.Errorf("open topic %s: read cursor %s: %w", t.cfg.Name, name, res.Err))
+		return
+	default:
+		c, err := Restore(res.Value, opts)
+		if err != nil {
+			t.fail(fmt.Errorf("open topic %s: cursor %s: %w", t.cfg.Name, name, err))
+			return
+		}
+		cs.c, cs.version = c, res.Version
+		cs.persisted = c.Holes()
+	}
+	cs.lastPersist = t.now
+	t.cursors[name] = cs
+	t.loadWaiting--
+	if t.loadWaiting == 0 && t.phase == phaseLoading {
+		t.afterLoad()
+	}
+}
+
+func (t *Topic) afterLoad() {
+	if n := len(t.list.infos); n > 0 && t.list.infos[n-1].Closed.IsZero() {
+		t.phase = phaseRecovering
+		id := t.list.infos[n-1].ID
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerRecover, Ledger: id})
+		return
+	}
+	t.createLedger(phaseCreating)
+}
+
+// fail stops the topic: every queued or held append fails; appends already
+// sent to a ledger are answered by their results (an entry the ledger
+// acknowledged is durable even if we lost the topic since).
+func (t *Topic) fail(err error) {
+	if t.phase == phaseFailed {
+		return
+	}
+	t.phase, t.err = phaseFailed, err
+	for _, q := range append(t.queue, t.held...) {
+		t.ackErr(q.token, err)
+	}
+	t.queue, t.held = nil, nil
+	kind := EventFailed
+	if errors.Is(err, ErrFenced) {
+		kind = EventFenced
+	}
+	t.event(kind, "", err, "")
+}
+
+func (t *Topic) event(kind EventKind, cursor string, err error, detail string) {
+	t.ready.Events = append(t.ready.Events, Event{Kind: kind, Cursor: cursor, Err: err, Detail: detail})
+}
+
+func (t *Topic) sendLedger(p pendingLedger, op LedgerOp) {
+	if op.Kind == LedgerDelete && t.phase == phaseFailed && op.Ledger != t.openLedger {
+		return
+	}
+	t.nextOp++
+	op.ID = t.nextOp
+	p.kind, p.ledger = op.Kind, op.Ledger
+	t.ledgerOps[op.ID] = p
+	t.ready.LedgerOps = append(t.ready.LedgerOps, op)
+}
+
+func (t *Topic) sendMeta(p pendingMeta, op MetaOp) {
+	t.nextOp++
+	op.ID = t.nextOp
+	t.metaOps[op.ID] = p
+	t.ready.MetaOps = append(t.ready.MetaOps, op)
+}
+
+// casRecord writes the topic record with ledgers as its list.
+func (t *Topic) casRecord(p pendingMeta, ledgers []LedgerInfo) {
+	rec := TopicRecord{Ledgers: ledgers, Cursors: t.cursorNames, Owner: t.cfg.Owner}
+	op := MetaOp{Kind: MetaPut, Key: TopicKey(t.cfg.Name), Value: rec.marshal(), Version: t.recordVersion}
+	if t.recordVersion == 0 {
+		op.Kind = MetaCreate
+	}
+	p.deletes = t.deleteAfterRecord
+	t.deleteAfterRecord = map[string]meta.Version{}
+	t.recordBusy = true
+	t.recordDirty = false
+	t.sendMeta(p, op)
+}
+
+func (t *Topic) currentInfo() LedgerInfo {
+	if n := len(t.list.infos); n > 0 && t.list.infos[n-1].ID == t.current {
+		return t.list.infos[n-1]
+	}
+	return LedgerInfo{}
+}
+
+func (t *Topic) timesOf(id int64) *timeIndex {
+	x := t.times[id]
+	if x == nil {
+		x = &timeIndex{}
+		t.times[id] = x
+	}
+	return x
+}
+
+func (t *Topic) cursorOptions() CursorOptions {
+	return CursorOptions{Ledgers: &t.list, MaxRangesToPersist: t.cfg.MaxRangesToPersist}
+}
+
+func isFenced(err error) bool {
+	return errors.Is(err, ledger.ErrFenced) || errors.Is(err, ErrFenced)
+}
+
+// Ledgers returns a copy of the ledger list (the current ledger last, with
+// the entries acknowledged so far).
+func (t *Topic) Ledgers() []LedgerInfo { return slices.Clone(t.list.infos) }
+
+// Current returns the ledger appends go to (0 before Open finished).
+func (t *Topic) Current() int64 { return t.current }

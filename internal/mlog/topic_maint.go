@@ -1,0 +1,559 @@
+package mlog
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"quire/internal/meta"
+)
+
+// Tick drives everything time-based: rollover by age and its retries,
+// cursor persistence, TTL, backlog quota, trimming and record fix-ups.
+func (t *Topic) Tick(now time.Time) {
+	t.now = now
+	if t.phase != phaseOpen {
+		t.tryFinishClose()
+		return
+	}
+	t.afterWrite() // rollover by age, or a retry after a failed one
+	if t.cfg.MessageTTL > 0 {
+		t.expire(now.Add(-t.cfg.MessageTTL), EventTTLExpired)
+	}
+	t.applyQuota()
+	t.persistCursors(false)
+	t.trim()
+	if t.recordDirty && !t.recordBusy && !t.roll.active {
+		t.casRecord(pendingMeta{purpose: metaRecordSync}, slices.Clone(t.list.infos))
+	}
+}
+
+// --- rollover ---
+
+func (t *Topic) startRoll() {
+	t.roll.active = true
+	if t.roll.spare == 0 && !t.roll.creating {
+		t.roll.creating = true
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerCreate})
+	}
+}
+
+// tryRollCAS writes the list with the current ledger closed and the spare
+// one appended, once the current ledger's appends have drained.
+func (t *Topic) tryRollCAS() {
+	if t.phase != phaseOpen || !t.roll.active || t.roll.spare == 0 || t.roll.casing || t.inflight > 0 || t.recordBusy {
+		return
+	}
+	proposal := slices.Clone(t.list.infos)
+	proposal[len(proposal)-1].Closed = t.now
+	proposal = append(proposal, LedgerInfo{ID: t.roll.spare, Created: t.now})
+	t.roll.casing = true
+	t.casRecord(pendingMeta{purpose: metaRecordRoll, proposal: proposal}, proposal)
+}
+
+func (t *Topic) onRollRecorded(proposal []LedgerInfo, res MetaResult) {
+	p := t.roll
+	t.roll.casing = false
+	if res.Err != nil {
+		t.rolloverFailed(fmt.Errorf("record ledger %d: %w", p.spare, res.Err))
+		return
+	}
+	if t.phase != phaseOpen {
+		// Closing meanwhile: the recorded spare ledger stays empty and the
+		// next owner recovers it like any open ledger.
+		return
+	}
+	old := t.current
+	// No append was answered since the CAS was built (the roll drained them
+	// and queued the rest), so the proposal is the list.
+	t.list.infos = proposal
+	t.current = p.spare
+	t.roll = rollState{}
+	t.stats.Rollovers++
+	t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerClose, Ledger: old})
+	t.event(EventRolledOver, "", nil, fmt.Sprintf("ledger %d -> %d", old, t.current))
+	t.flushQueue()
+}
+
+// rolloverFailed keeps writing to the current ledger (the seed's metadata
+// store degradation: producing continues, only the rollover waits) and
+// retries after RetryInterval.
+func (t *Topic) rolloverFailed(err error) {
+	t.stats.RolloverFailures++
+	t.stats.LastRolloverError = err.Error()
+	t.roll.active = false
+	t.roll.retryAt = t.now.Add(t.cfg.RetryInterval)
+	t.event(EventRolloverFailed, "", err, "")
+	t.flushQueue()
+}
+
+// --- trimming ---
+
+func (t *Topic) trim() {
+	if t.recordBusy || t.roll.active {
+		return
+	}
+	slowest, has := t.slowest()
+	ids := TrimCandidates(t.list.infos, slowest, has, t.cfg.Retention, t.now, t.cfg.EarlyTrim)
+	if len(ids) == 0 {
+		return
+	}
+	t.casRecord(pendingMeta{purpose: metaRecordTrim, ledgers: ids}, slices.Clone(t.list.infos[len(ids):]))
+}
+
+func (t *Topic) onTrimRecorded(ids []int64, res MetaResult) {
+	if res.Err != nil {
+		return // retried on a later tick
+	}
+	t.list.infos = t.list.infos[len(ids):]
+	for _, id := range ids {
+		delete(t.times, id)
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: id})
+	}
+	t.stats.TrimmedLedgers += int64(len(ids))
+	t.event(EventTrimmed, "", nil, fmt.Sprint(ids))
+}
+
+// slowest returns the smallest mark-delete position over all cursors.
+func (t *Topic) slowest() (Position, bool) {
+	var s Position
+	found := false
+	for _, cs := range t.cursors {
+		if md := cs.c.MarkDelete(); !found || md.Less(s) {
+			s, found = md, true
+		}
+	}
+	return s, found
+}
+
+// --- cursors ---
+
+// OpenCursor creates a cursor (idempotent). A new cursor starts at the end
+// of the topic, or at its beginning when fromStart. Its name is added to the
+// topic record on a later tick, its snapshot written at the next persist:
+// a crash in between loses the new subscription, never acknowledged data.
+func (t *Topic) OpenCursor(name string, fromStart bool, now time.Time) error {
+	t.now = now
+	if err := validCursorName(name); err != nil {
+		return err
+	}
+	if t.phase != phaseOpen {
+		return fmt.Errorf("open cursor %s: topic %s", name, t.phase)
+	}
+	if _, ok := t.cursors[name]; ok {
+		return nil
+	}
+	md := t.list.last()
+	if fromStart {
+		md = t.list.start()
+	}
+	c, err := NewCursor(name, md, t.cursorOptions())
+	if err != nil {
+		return err
+	}
+	delete(t.deleteAfterRecord, name)
+	t.cursors[name] = &cursorState{c: c, dirty: true, mdMovedAt: now}
+	t.cursorNames = append(slices.Clone(t.cursorNames), name)
+	t.recordDirty = true
+	return nil
+}
+
+// DeleteCursor removes a subscription: its acknowledgements no longer hold
+// back trimming (the seed's immediate fix for storage pinned by an abandoned
+// subscription). Its record goes once the topic record stops naming it.
+func (t *Topic) DeleteCursor(name string, now time.Time) error {
+	t.now = now
+	cs, ok := t.cursors[name]
+	if !ok {
+		return fmt.Errorf("delete cursor %s: %w", name, ErrNoSuchCursor)
+	}
+	delete(t.cursors, name)
+	t.cursorNames = slices.DeleteFunc(slices.Clone(t.cursorNames), func(n string) bool { return n == name })
+	if cs.version != 0 {
+		t.deleteAfterRecord[name] = cs.version
+	}
+	t.recordDirty = true
+	return nil
+}
+
+// Cursor returns the named cursor (read only: acknowledge through Ack).
+func (t *Topic) Cursor(name string) (*Cursor, bool) {
+	cs, ok := t.cursors[name]
+	if !ok {
+		return nil, false
+	}
+	return cs.c, true
+}
+
+// Ack acknowledges p individually on the named cursor.
+func (t *Topic) Ack(cursor string, p Position, now time.Time) error {
+	return t.ack(cursor, p, now, (*Cursor).Ack)
+}
+
+// AckCumulative acknowledges every position <= p on the named cursor.
+func (t *Topic) AckCumulative(cursor string, p Position, now time.Time) error {
+	return t.ack(cursor, p, now, (*Cursor).AckCumulative)
+}
+
+func (t *Topic) ack(cursor string, p Position, now time.Time, op func(*Cursor, Position) bool) error {
+	t.now = now
+	cs, ok := t.cursors[cursor]
+	if !ok {
+		return fmt.Errorf("ack %s on %s: %w", p, cursor, ErrNoSuchCursor)
+	}
+	if !t.list.exists(p) {
+		return fmt.Errorf("ack %s on %s: %w", p, cursor, ErrNoSuchEntry)
+	}
+	t.applyAck(cs, func(c *Cursor) bool { return op(c, p) })
+	return nil
+}
+
+func (t *Topic) applyAck(cs *cursorState, op func(*Cursor) bool) {
+	if op(cs.c) {
+		cs.mdMovedAt = t.now
+	}
+	cs.dirty = true
+	if cs.c.LimitCrossed() {
+		t.event(EventAckRangesOverLimit, cs.c.Name(), nil,
+			fmt.Sprintf("%d ack ranges, %d persisted; the rest are redelivered after a crash", cs.c.Holes(), cs.c.MaxRangesToPersist()))
+	}
+}
+
+// persistCursors writes changed cursors: at most once per
+// CursorPersistInterval each, or all of them when force (Close).
+func (t *Topic) persistCursors(force bool) {
+	for _, name := range t.cursorNames {
+		cs := t.cursors[name]
+		if cs == nil || !cs.dirty || cs.persisting || (!force && t.now.Sub(cs.lastPersist) < t.cfg.CursorPersistInterval) {
+			continue
+		}
+		data, info := cs.c.Snapshot(cs.c.MaxRangesToPersist())
+		op := MetaOp{Kind: MetaPut, Key: CursorKey(t.cfg.Name, name), Value: data, Version: cs.version}
+		if cs.version == 0 {
+			op.Kind = MetaCreate
+		}
+		cs.dirty, cs.persisting = false, true
+		t.sendMeta(pendingMeta{purpose: metaCursorPersist, cursor: name, persisted: info.Persisted}, op)
+	}
+}
+
+func (t *Topic) onCursorPersisted(name string, persisted int, res MetaResult) {
+	cs := t.cursors[name]
+	if cs == nil {
+		return
+	}
+	cs.persisting = false
+	cs.lastPersist = t.now
+	if isLostRace(res.Err) {
+		// Someone else wrote the cursor: a new owner (then we are fenced)
+		// or, when we just took over, the fenced previous owner. The topic
+		// record decides which.
+		cs.dirty = true
+		t.sendMeta(pendingMeta{purpose: metaCheckOwner, cursor: name}, MetaOp{Kind: MetaGet, Key: TopicKey(t.cfg.Name)})
+		return
+	}
+	if res.Err != nil {
+		cs.dirty = true // retried at the next interval
+		return
+	}
+	cs.version = res.Version
+	cs.persisted = persisted
+}
+
+// onOwnerChecked settles a cursor CAS conflict: if the topic record is
+// still the one we wrote, the other writer was the fenced previous owner and
+// we take the cursor record's version (its acknowledgements since our load
+// are redelivered, never lost); otherwise we lost the topic.
+func (t *Topic) onOwnerChecked(name string, res MetaResult) {
+	switch {
+	case res.Err != nil || t.recordBusy:
+		return // cursor stays dirty: the next persist tries again
+	case res.Version != t.recordVersion:
+		t.fail(fmt.Errorf("topic %s: cursor %s written by another owner: %w", t.cfg.Name, name, ErrFenced))
+	default:
+		t.sendMeta(pendingMeta{purpose: metaCursorVersion, cursor: name}, MetaOp{Kind: MetaGet, Key: CursorKey(t.cfg.Name, name)})
+	}
+}
+
+// --- backlog quota and TTL ---
+
+// cursorBacklog returns a cursor's unacknowledged entries and (estimated)
+// bytes.
+func (t *Topic) cursorBacklog(c *Cursor) (entries, bytes int64) {
+	entries, bytes = t.list.backlog(c.MarkDelete())
+	if acked, ok := c.AckedCount(); ok {
+		entries -= acked
+	} else {
+		for r := range c.AckedRanges() {
+			entries -= t.list.countRange(r)
+		}
+	}
+	return max(entries, 0), bytes
+}
+
+// publishedBy returns an upper bound on p's publish time, or zero.
+func (t *Topic) publishedBy(p Position) time.Time {
+	if x := t.times[p.LedgerID]; x != nil {
+		if at, ok := x.publishedBy(p.EntryID); ok {
+			return at
+		}
+	}
+	i := t.list.index(p.LedgerID)
+	if i < len(t.list.infos) && t.list.infos[i].ID == p.LedgerID {
+		return t.list.infos[i].Closed
+	}
+	return time.Time{}
+}
+
+func (t *Topic) quotaExceeded() bool {
+	q := t.cfg.Quota
+	if q.LimitSize <= 0 && q.LimitAge <= 0 {
+		return false
+	}
+	for _, cs := range t.cursors {
+		_, bytes := t.cursorBacklog(cs.c)
+		var oldest time.Time
+		if p, ok := t.list.Next(cs.c.MarkDelete()); ok {
+			oldest = t.publishedBy(p)
+		}
+		if q.Exceeded(bytes, oldest, t.now) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Topic) applyQuota() {
+	exceeded := t.quotaExceeded()
+	if exceeded && t.cfg.Quota.Policy == ConsumerBacklogEviction {
+		t.evict()
+		exceeded = t.quotaExceeded()
+	}
+	held := t.held
+	t.held = nil
+	for _, q := range held {
+		switch {
+		case !exceeded:
+			t.enqueue(q)
+		case !t.now.Before(q.deadline):
+			t.stats.QuotaHoldTimeouts++
+			t.ackErr(q.token, ErrBacklogQuotaHoldTimeout)
+		default:
+			t.held = append(t.held, q)
+		}
+	}
+}
+
+func (t *Topic) releaseHeld() {
+	held := t.held
+	t.held = nil
+	for _, q := range held {
+		t.enqueue(q)
+	}
+}
+
+// evict advances cursors past their oldest backlog until they are within
+// the quota (consumer_backlog_eviction).
+func (t *Topic) evict() {
+	q := t.cfg.Quota
+	if q.LimitAge > 0 {
+		t.expire(t.now.Add(-q.LimitAge), EventBacklogEvicted)
+	}
+	if q.LimitSize <= 0 {
+		return
+	}
+	for _, name := range t.cursorNames {
+		cs := t.cursors[name]
+		if cs == nil {
+			continue
+		}
+		_, bytes := t.cursorBacklog(cs.c)
+		if bytes <= q.LimitSize {
+			continue
+		}
+		target, ok := t.evictTarget(cs.c.MarkDelete(), bytes-q.LimitSize)
+		if ok {
+			t.stats.Evictions++
+			t.applyAck(cs, func(c *Cursor) bool { return c.AckCumulative(target) })
+			t.event(EventBacklogEvicted, name, nil, "through "+target.String())
+		}
+	}
+}
+
+// evictTarget returns the position through which to acknowledge so that at
+// least excess bytes of backlog after md are dropped.
+func (t *Topic) evictTarget(md Position, excess int64) (Position, bool) {
+	var target Position
+	found := false
+	for _, info := range t.list.infos[t.list.index(md.LedgerID):] {
+		first := int64(0)
+		if info.ID == md.LedgerID {
+			first = md.EntryID + 1
+		}
+		n := info.Entries - first
+		if n <= 0 {
+			continue
+		}
+		avg := max(info.Size/info.Entries, 1)
+		if bytes := n * avg; bytes < excess {
+			target, found, excess = Position{info.ID, info.Entries - 1}, true, excess-bytes
+			continue
+		}
+		k := (excess + avg - 1) / avg
+		return Position{info.ID, first + k - 1}, true
+	}
+	return target, found
+}
+
+// expire acknowledges, on every cursor, the entries published no later than
+// cutoff (message TTL, and age eviction).
+func (t *Topic) expire(cutoff time.Time, kind EventKind) {
+	through, ok := t.publishedThrough(cutoff)
+	if !ok {
+		return
+	}
+	for _, name := range t.cursorNames {
+		cs := t.cursors[name]
+		if cs == nil || !cs.c.MarkDelete().Less(through) {
+			continue
+		}
+		t.stats.TTLExpirations++
+		t.applyAck(cs, func(c *Cursor) bool { return c.AckCumulative(through) })
+		t.event(kind, name, nil, "through "+through.String())
+	}
+}
+
+// publishedThrough returns the last position known to be published no later
+// than cutoff: whole ledgers closed by then, then the time index.
+func (t *Topic) publishedThrough(cutoff time.Time) (Position, bool) {
+	var through Position
+	found := false
+	for _, info := range t.list.infos {
+		if !info.Closed.IsZero() && !info.Closed.After(cutoff) {
+			if info.Entries > 0 {
+				through, found = Position{info.ID, info.Entries - 1}, true
+			}
+			continue
+		}
+		if x := t.times[info.ID]; x != nil {
+			if e, ok := x.lastPublishedBefore(cutoff); ok && e < info.Entries {
+				through, found = Position{info.ID, e}, true
+			}
+		}
+		break
+	}
+	return through, found
+}
+
+// --- close ---
+
+// Close stops accepting appends, persists every cursor, waits for the
+// in-flight appends and closes the current ledger. Done reports the end.
+func (t *Topic) Close(now time.Time) {
+	t.now = now
+	if t.phase >= phaseClosing {
+		return
+	}
+	if t.phase != phaseOpen {
+		t.phase = phaseClosed
+		t.err = nil
+		t.event(EventClosed, "", nil, "")
+		for _, q := range append(t.queue, t.held...) {
+			t.ackErr(q.token, ErrClosed)
+		}
+		t.queue, t.held = nil, nil
+		return
+	}
+	t.persistCursors(true)
+	t.phase = phaseClosing
+	for _, q := range append(t.queue, t.held...) {
+		t.ackErr(q.token, ErrClosed)
+	}
+	t.queue, t.held = nil, nil
+	t.tryFinishClose()
+}
+
+func (t *Topic) tryFinishClose() {
+	if t.phase != phaseClosing {
+		return
+	}
+	if t.inflight == 0 && !t.closing.ledgerClosing {
+		t.closing.ledgerClosing = true
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerClose, Ledger: t.current})
+	}
+	for _, cs := range t.cursors {
+		if cs.persisting {
+			return
+		}
+	}
+	if t.closing.ledgerClosed && !t.recordBusy {
+		t.phase = phaseClosed
+		t.event(EventClosed, "", nil, "")
+	}
+}
+
+// --- stats and reads ---
+
+// Stats returns the topic's state for metrics.
+func (t *Topic) Stats() Stats {
+	s := t.stats
+	s.Phase = t.phase.String()
+	s.CurrentLedger = t.current
+	s.Ledgers = len(t.list.infos)
+	s.StorageSize = t.list.totalSize()
+	for _, info := range t.list.infos {
+		s.Entries += info.Entries
+	}
+	s.QueuedAppends, s.HeldAppends = len(t.queue), len(t.held)
+	s.Cursors = nil
+	for _, name := range t.cursorNames {
+		cs := t.cursors[name]
+		if cs == nil {
+			continue
+		}
+		entries, bytes := t.cursorBacklog(cs.c)
+		st := CursorStats{Name: name, MarkDelete: cs.c.MarkDelete(), BacklogEntries: entries, BacklogBytes: bytes,
+			Holes: cs.c.Holes(), HolesPersisted: cs.persisted, HolesInMemoryOnly: cs.c.RangesInMemoryOnly(),
+			Unpersisted: cs.dirty || cs.persisting}
+		if entries > 0 {
+			st.MarkDeleteAge = t.now.Sub(cs.mdMovedAt)
+		}
+		s.Cursors = append(s.Cursors, st)
+	}
+	return s
+}
+
+// ReadSpan is a run of entries of one ledger to read.
+type ReadSpan struct {
+	Ledger      int64
+	First, Last int64
+}
+
+// Locate returns the spans holding up to maxEntries entries from the first
+// entry at or after from, across ledgers, within what has been
+// acknowledged to producers.
+func (t *Topic) Locate(from Position, maxEntries int) []ReadSpan {
+	var spans []ReadSpan
+	start, ok := predecessor(from)
+	if !ok {
+		return nil
+	}
+	for left := int64(maxEntries); left > 0; {
+		p, ok := t.list.Next(start)
+		if !ok {
+			break
+		}
+		info := t.list.infos[t.list.index(p.LedgerID)]
+		last := min(info.Entries-1, p.EntryID+left-1)
+		spans = append(spans, ReadSpan{Ledger: p.LedgerID, First: p.EntryID, Last: last})
+		left -= last - p.EntryID + 1
+		start = Position{p.LedgerID, last}
+	}
+	return spans
+}
+
+// isLostRace reports whether a metadata error means another owner wrote.
+func isLostRace(err error) bool {
+	return errors.Is(err, meta.ErrBadVersion) || errors.Is(err, meta.ErrExists)
+}

@@ -1,0 +1,304 @@
+package mlog
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"quire/internal/meta"
+)
+
+var (
+	// ErrFenced: another broker took the topic over; this owner must stop.
+	ErrFenced = errors.New("mlog: topic fenced by another owner")
+	// ErrClosed: the topic is closing or closed.
+	ErrClosed = errors.New("mlog: topic closed")
+	// ErrBacklogQuotaExceeded: the producer_exception policy refused a write
+	// (or producer_request_hold had no room left to hold it).
+	ErrBacklogQuotaExceeded = errors.New("mlog: backlog quota exceeded")
+	// ErrBacklogQuotaHoldTimeout: a held write waited QuotaHoldTimeout.
+	ErrBacklogQuotaHoldTimeout = errors.New("mlog: backlog quota exceeded, hold timed out")
+	// ErrTooManyQueued: the bounded queue of appends waiting for a ledger
+	// (during takeover or rollover) is full.
+	ErrTooManyQueued = errors.New("mlog: too many appends queued")
+	// ErrNoSuchEntry: an acknowledgement for a position that holds no entry.
+	ErrNoSuchEntry = errors.New("mlog: no such entry")
+	// ErrNoSuchCursor: an acknowledgement on an unknown cursor.
+	ErrNoSuchCursor = errors.New("mlog: no such cursor")
+)
+
+// TopicConfig configures a Topic. Zero values take the defaults named.
+type TopicConfig struct {
+	Name  string // topic name; part of the metadata keys
+	Owner string // this broker, written into the record for diagnostics
+
+	Rollover  RolloverPolicy  // zero: DefaultRolloverPolicy
+	Retention RetentionPolicy // zero: delete as soon as consumed
+	Quota     BacklogQuota    // zero: no quota
+	// QuotaHoldTimeout bounds how long producer_request_hold holds a write
+	// (default 30s); MaxHeldAppends how many it holds (default 1,000).
+	QuotaHoldTimeout time.Duration
+	MaxHeldAppends   int
+	// MessageTTL acknowledges entries older than it on every cursor; 0 off.
+	MessageTTL time.Duration
+	// MaxQueuedAppends bounds appends waiting for a writable ledger
+	// (takeover, rollover); default 10,000.
+	MaxQueuedAppends int
+	// CursorPersistInterval: a changed cursor is written at most this often
+	// (and on Close); default 1s.
+	CursorPersistInterval time.Duration
+	// MaxRangesToPersist: ack ranges per cursor snapshot (default 10,000).
+	MaxRangesToPersist int
+	// RetryInterval spaces retries of a failed rollover; default 5s.
+	RetryInterval time.Duration
+	// TimeIndexInterval: one publish-time sample per ledger per interval
+	// (default 1s); TTL and the age quota may act up to this much late.
+	TimeIndexInterval time.Duration
+	// EarlyTrim is the `early-trim` mutant (see TrimCandidates).
+	EarlyTrim bool
+}
+
+// NewTopic returns a topic core; call Open to start the takeover.
+func NewTopic(cfg TopicConfig) *Topic {
+	if cfg.Rollover == (RolloverPolicy{}) {
+		cfg.Rollover = DefaultRolloverPolicy()
+	}
+	if cfg.QuotaHoldTimeout <= 0 {
+		cfg.QuotaHoldTimeout = 30 * time.Second
+	}
+	if cfg.MaxHeldAppends <= 0 {
+		cfg.MaxHeldAppends = 1000
+	}
+	if cfg.MaxQueuedAppends <= 0 {
+		cfg.MaxQueuedAppends = 10_000
+	}
+	if cfg.CursorPersistInterval <= 0 {
+		cfg.CursorPersistInterval = time.Second
+	}
+	if cfg.MaxRangesToPersist <= 0 {
+		cfg.MaxRangesToPersist = DefaultMaxUnackedRangesToPersist
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 5 * time.Second
+	}
+	if cfg.TimeIndexInterval <= 0 {
+		cfg.TimeIndexInterval = time.Second
+	}
+	return &Topic{
+		cfg:       cfg,
+		ledgerOps: map[OpID]pendingLedger{},
+		metaOps:   map[OpID]pendingMeta{},
+		times:     map[int64]*timeIndex{},
+		cursors:   map[string]*cursorState{},
+
+		deleteAfterRecord: map[string]meta.Version{},
+	}
+}
+
+// OpID correlates an operation in Ready with its result.
+type OpID uint64
+
+// LedgerOpKind says what a LedgerOp asks for.
+type LedgerOpKind int
+
+const (
+	// LedgerCreate: create a ledger; the result carries its id.
+	LedgerCreate LedgerOpKind = iota + 1
+	// LedgerAppend: add Payload to Ledger; the result carries the entry id.
+	// Appends to one ledger must be carried out in the order given.
+	LedgerAppend
+	// LedgerClose: close Ledger (our own) once its appends are answered.
+	LedgerClose
+	// LedgerRecover: fence and close a previous owner's Ledger; the result
+	// carries its entry count and size.
+	LedgerRecover
+	// LedgerDelete: delete Ledger from the bookies and its metadata.
+	LedgerDelete
+)
+
+var ledgerOpNames = [...]string{"?", "create", "append", "close", "recover", "delete"}
+
+func (k LedgerOpKind) String() string { return ledgerOpNames[k] }
+
+// LedgerOp is a ledger operation for the caller to carry out.
+type LedgerOp struct {
+	ID      OpID
+	Kind    LedgerOpKind
+	Ledger  int64
+	Payload []byte
+}
+
+// LedgerResult answers a LedgerOp.
+type LedgerResult struct {
+	ID      OpID
+	Ledger  int64 // LedgerCreate: the new ledger
+	EntryID int64 // LedgerAppend
+	// Entries and Size: the closed ledger's (LedgerRecover, LedgerClose).
+	Entries int64
+	Size    int64
+	Err     error // ledger.ErrFenced (or ErrFenced) when fenced
+}
+
+// MetaOpKind says what a MetaOp asks for.
+type MetaOpKind int
+
+const (
+	MetaGet    MetaOpKind = iota + 1 // Get Key
+	MetaCreate                       // Create Key with Value
+	MetaPut                          // Put Key with Value on Version
+	MetaDelete                       // Delete Key on Version
+)
+
+// MetaOp is a metadata operation for the caller to carry out.
+type MetaOp struct {
+	ID      OpID
+	Kind    MetaOpKind
+	Key     string
+	Value   []byte
+	Version meta.Version
+}
+
+// MetaResult answers a MetaOp with the store's value/version or error.
+type MetaResult struct {
+	ID      OpID
+	Value   []byte
+	Version meta.Version
+	Err     error
+}
+
+// AppendAck answers one Append: its position, or why it failed.
+type AppendAck struct {
+	Token uint64
+	Pos   Position
+	Err   error
+}
+
+// EventKind classifies an Event.
+type EventKind int
+
+const (
+	EventOpened EventKind = iota + 1
+	EventClosed
+	EventFenced
+	EventFailed
+	EventRolledOver
+	EventRolloverFailed
+	// EventAckRangesOverLimit: a cursor's ack ranges crossed the persisted
+	// limit; ranges beyond it are in memory only (logged once per crossing).
+	EventAckRangesOverLimit
+	EventTrimmed
+	EventTTLExpired
+	EventBacklogEvicted
+)
+
+// Event is something the shell should log.
+type Event struct {
+	Kind   EventKind
+	Cursor string
+	Err    error
+	Detail string
+}
+
+func (e Event) String() string {
+	return fmt.Sprintf("event %d cursor=%q err=%v %s", e.Kind, e.Cursor, e.Err, e.Detail)
+}
+
+// Ready is the work a Topic asks for.
+type Ready struct {
+	LedgerOps []LedgerOp
+	MetaOps   []MetaOp
+	Acks      []AppendAck
+	Events    []Event
+}
+
+// Empty reports whether there is nothing to do.
+func (r Ready) Empty() bool {
+	return len(r.LedgerOps) == 0 && len(r.MetaOps) == 0 && len(r.Acks) == 0 && len(r.Events) == 0
+}
+
+type metaPurpose int
+
+const (
+	metaLoadTopic metaPurpose = iota
+	metaLoadCursor
+	metaCursorPersist
+	metaCheckOwner
+	metaCursorVersion
+	metaCursorDelete
+	// Purposes from here on are topic-record CAS writes.
+	metaRecordOpen
+	metaRecordRoll
+	metaRecordTrim
+	metaRecordSync
+)
+
+var metaPurposeNames = [...]string{"load topic", "load cursor", "persist cursor", "check owner", "cursor version", "delete cursor", "register ledger", "roll over", "trim", "sync record"}
+
+func (p metaPurpose) String() string { return metaPurposeNames[p] }
+
+type pendingMeta struct {
+	purpose   metaPurpose
+	cursor    string
+	persisted int     // metaCursorPersist: ranges in the snapshot
+	ledgers   []int64 // metaRecordTrim: ledgers removed
+	// deletes are cursor records to delete once this record write (which
+	// no longer names them) succeeds.
+	deletes  map[string]meta.Version
+	proposal []LedgerInfo
+}
+
+type pendingLedger struct {
+	kind   LedgerOpKind
+	ledger int64
+	token  uint64
+	size   int64
+}
+
+// Stats is the topic's state for metrics.
+type Stats struct {
+	Phase         string
+	CurrentLedger int64
+	Ledgers       int
+	StorageSize   int64 // bytes in every ledger of the list
+	Entries       int64
+
+	Rollovers         int64
+	RolloverFailures  int64
+	LastRolloverError string
+	TrimmedLedgers    int64
+	DeleteFailures    int64
+
+	QueuedAppends     int
+	HeldAppends       int
+	QuotaRejected     int64
+	QuotaHoldTimeouts int64
+	Evictions         int64
+	TTLExpirations    int64
+
+	// CacheHits and CacheMisses are counted by the shell's entry cache.
+	CacheHits   int64
+	CacheMisses int64
+
+	Cursors []CursorStats
+}
+
+// CursorStats is one cursor's state for metrics.
+type CursorStats struct {
+	Name       string
+	MarkDelete Position
+	// MarkDeleteAge is how long the mark-delete position has not moved while
+	// there is backlog: the "storage locked by one unacked message" signal
+	// (P8). Zero without backlog.
+	MarkDeleteAge  time.Duration
+	BacklogEntries int64
+	BacklogBytes   int64
+	// HolesPersisted are ack ranges in the last written snapshot;
+	// HolesInMemoryOnly those beyond the persisted limit (redelivered after
+	// a crash).
+	Holes             int
+	HolesPersisted    int
+	HolesInMemoryOnly int
+	// Unpersisted: acknowledgements not yet written to the cursor's record
+	// (a crash now redelivers them).
+	Unpersisted bool
+}
