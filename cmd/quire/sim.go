@@ -26,6 +26,7 @@ partitions, crashes, metadata outages and paused (zombie) processes, all drawn f
 seed, with safety checkers after every step. A failing seed replays exactly with --seed.`,
 	}
 	cmd.AddCommand(newSimLedgerCommand())
+	cmd.AddCommand(newSimTopicCommand())
 	return cmd
 }
 
@@ -235,4 +236,161 @@ func formatCounts(counts map[string]int) string {
 		parts[i] = fmt.Sprintf("%s=%d", k, counts[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+func newSimTopicCommand() *cobra.Command {
+	var o simLedgerOptions
+	cmd := &cobra.Command{
+		Use:   "topic",
+		Short: "Simulate a topic: producers, consumers and owners that crash, freeze and take over",
+		Long: `Each seed runs one topic (the managed ledger, mlog.Topic) over a modelled ledger
+service (delayed results, failed adds, recover-and-close fencing that may keep written but
+unacknowledged entries, deletion) and the in-memory metadata store (delays, outages, writes
+whose answer is lost). Producers append through the current owner; consumers on 1-3 cursors
+acknowledge out of order (with holes, sometimes cumulatively) under a random persisted-range
+limit; retention and trimming run; two or three brokers take the topic over in turn after
+the owner crashes or freezes (a zombie). Checkers: acknowledged messages stay readable from
+the listed ledgers until consumed and legitimately trimmed; after a takeover persisted acks
+are not redelivered and unacknowledged messages are; a ledger is deleted only once every
+cursor consumed it and retention lets it go; the record changes only by CAS and a fenced
+owner's append never succeeds after the new owner opened.
+
+Prints one line per seed with a safety violation and the trace of the first one; the
+last line is "sim topic seeds=N violations=V". Exits non-zero when V > 0.
+Mutants: ` + strings.Join(sim.TopicMutants, ", ") + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSimTopic(cmd.OutOrStdout(), o, cmd.Flags().Changed("seed"))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.seeds, "seeds", "1-100", "range of seeds to run, A-B (or one seed A)")
+	f.Int64Var(&o.seed, "seed", 0, "replay one seed exactly and print its whole trace")
+	f.StringVar(&o.mutant, "mutant", "", "run a deliberately broken core: "+strings.Join(sim.TopicMutants, ", "))
+	f.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "seeds run in parallel (each seed is deterministic on its own)")
+	return cmd
+}
+
+func runSimTopic(out io.Writer, o simLedgerOptions, single bool) error {
+	if _, err := sim.ParseTopicMutant(o.mutant); err != nil {
+		return err
+	}
+	if single {
+		return replayTopicSeed(out, o)
+	}
+	first, last, err := parseSeedRange(o.seeds)
+	if err != nil {
+		return err
+	}
+	results := runTopicSeeds(first, last, max(o.workers, 1), sim.TopicOptions{Mutant: o.mutant})
+	var violating, liveness []sim.TopicResult
+	kinds := map[string]int{}
+	for _, r := range results {
+		if r.Liveness != "" {
+			liveness = append(liveness, r)
+		}
+		if len(r.Violations) == 0 {
+			continue
+		}
+		violating = append(violating, r)
+		seen := map[string]bool{}
+		for _, v := range r.Violations {
+			kind, _, _ := strings.Cut(v, ":")
+			if !seen[kind] {
+				seen[kind] = true
+				kinds[kind]++
+			}
+		}
+		fmt.Fprintf(out, "seed %d: %s\n", r.Seed, r.Violations[0])
+	}
+	if len(violating) > 0 {
+		r := violating[0]
+		fmt.Fprintf(out, "\ntrace of seed %d (replay: quire sim topic --seed %d%s)\nscenario: %s\n", r.Seed, r.Seed, mutantFlag(o.mutant), r.Scenario)
+		for _, line := range r.Trace {
+			fmt.Fprintln(out, "  "+line)
+		}
+		for _, v := range r.Violations {
+			fmt.Fprintln(out, "violation: "+v)
+		}
+		fmt.Fprintf(out, "\nseeds with a violation, by checker: %s\n", formatCounts(kinds))
+	}
+	if len(liveness) > 0 {
+		var seeds []string
+		for _, r := range liveness {
+			seeds = append(seeds, strconv.FormatInt(r.Seed, 10))
+		}
+		fmt.Fprintf(out, "liveness: %d seeds did not finish (not counted as violations): %s\n", len(liveness), strings.Join(seeds, ", "))
+		fmt.Fprintf(out, "liveness: seed %d: %s\n", liveness[0].Seed, liveness[0].Liveness)
+	} else {
+		fmt.Fprintln(out, "liveness: every seed produced all its messages and ended with an open owner")
+	}
+	fmt.Fprintf(out, "sim topic seeds=%d violations=%d\n", len(results), len(violating))
+	if len(violating) > 0 {
+		return fmt.Errorf("sim topic: %d of %d seeds: %w", len(violating), len(results), errSafetyViolations)
+	}
+	return nil
+}
+
+// runTopicSeeds is runSeeds for topic runs.
+func runTopicSeeds(first, last int64, workers int, opts sim.TopicOptions) []sim.TopicResult {
+	results := make([]sim.TopicResult, last-first+1)
+	next := make(chan int64)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		lowest = last + 1
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seed := range next {
+				r := sim.RunTopic(seed, opts)
+				mu.Lock()
+				if len(r.Violations) > 0 && seed < lowest {
+					if lowest <= last {
+						results[lowest-first].Trace = nil
+					}
+					lowest = seed
+				} else {
+					r.Trace = nil
+				}
+				results[seed-first] = r
+				mu.Unlock()
+			}
+		}()
+	}
+	for seed := first; seed <= last; seed++ {
+		next <- seed
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+func replayTopicSeed(out io.Writer, o simLedgerOptions) error {
+	r := sim.RunTopic(o.seed, sim.TopicOptions{Mutant: o.mutant, Verbose: true})
+	if r.Err != nil {
+		return r.Err
+	}
+	fmt.Fprintf(out, "seed %d%s\nscenario: %s\n", r.Seed, mutantFlag(o.mutant), r.Scenario)
+	for _, line := range r.Trace {
+		fmt.Fprintln(out, "  "+line)
+	}
+	fmt.Fprintf(out, "stats: %+v\n", r.Stats)
+	if r.Liveness != "" {
+		fmt.Fprintln(out, "liveness: "+r.Liveness)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintln(out, "violation: "+v)
+	}
+	violations := 0
+	if len(r.Violations) > 0 {
+		violations = 1
+	}
+	fmt.Fprintf(out, "sim topic seeds=1 violations=%d\n", violations)
+	if violations > 0 {
+		return fmt.Errorf("sim topic: seed %d: %w", r.Seed, errSafetyViolations)
+	}
+	return nil
 }

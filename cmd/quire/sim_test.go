@@ -81,12 +81,46 @@ func TestSimLedgerCommand(t *testing.T) {
 	}
 }
 
+func TestSimTopicCommand(t *testing.T) {
+	out, err := runQuire(t, "sim", "topic", "--seeds", "1-20", "--workers", "2")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := lastLine(out); got != "sim topic seeds=20 violations=0" {
+		t.Fatalf("last line %q\n%s", got, out)
+	}
+
+	// The smallest range that catches early-trim: seed 3.
+	out, err = runQuire(t, "sim", "topic", "--seeds", "3-3", "--mutant", "early-trim")
+	if !errors.Is(err, errSafetyViolations) {
+		t.Fatalf("err = %v, want safety violations\n%s", err, out)
+	}
+	if got := lastLine(out); got != "sim topic seeds=1 violations=1" {
+		t.Fatalf("last line %q\n%s", got, out)
+	}
+	if !strings.Contains(out, "seed 3: ledger-deleted-early:") || !strings.Contains(out, "trace of seed 3 (replay: quire sim topic --seed 3 --mutant early-trim)") {
+		t.Fatalf("missing violation line or trace header:\n%s", out)
+	}
+
+	out, err = runQuire(t, "sim", "topic", "--seed", "5")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "OPENED") || lastLine(out) != "sim topic seeds=1 violations=0" {
+		t.Fatalf("replay output:\n%s", out)
+	}
+
+	if _, err := runQuire(t, "sim", "topic", "--mutant", "nope"); err == nil {
+		t.Fatal("unknown mutant accepted")
+	}
+}
+
 func TestSimListsSubcommands(t *testing.T) {
 	out, err := runQuire(t, "sim")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "ledger") {
-		t.Fatalf("quire sim does not list ledger:\n%s", out)
+	if !strings.Contains(out, "ledger") || !strings.Contains(out, "topic") {
+		t.Fatalf("quire sim does not list ledger and topic:\n%s", out)
 	}
 }

@@ -1,6 +1,7 @@
 package mlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -46,6 +47,9 @@ type Topic struct {
 	// recordDirty: the record should be rewritten (new cursor, ledger close
 	// fix-up) at the next opportunity.
 	recordDirty bool
+	// recordCheck: a read settling a record CAS with an unknown outcome
+	// failed; the next Tick repeats it (recordBusy stays set meanwhile).
+	recordCheck *pendingMeta
 	list        topicLedgers
 	times       map[int64]*timeIndex
 	loadWaiting int // cursor records still being read during Open
@@ -388,6 +392,14 @@ func (t *Topic) StepMeta(res MetaResult, now time.Time) {
 		t.fail(fmt.Errorf("topic %s: %s: %w (%v)", t.cfg.Name, p.purpose, ErrFenced, res.Err))
 		return
 	}
+	if res.Err != nil && p.purpose >= metaRecordRoll {
+		// The write may have applied with its answer lost. Acting as if it
+		// failed would be unsafe for a rollover (appends would go on to a
+		// ledger the record may now close, past the end it gives it) and
+		// would fence us on our next CAS otherwise. Read the record first.
+		t.checkRecord(p, res.Err)
+		return
+	}
 	switch p.purpose {
 	case metaLoadTopic:
 		t.onTopicLoaded(res)
@@ -407,14 +419,10 @@ func (t *Topic) StepMeta(res MetaResult, now time.Time) {
 		}
 		t.event(EventOpened, "", nil, fmt.Sprintf("ledger %d", t.current))
 		t.flushQueue()
-	case metaRecordRoll:
-		t.onRollRecorded(p.proposal, res)
-	case metaRecordTrim:
-		t.onTrimRecorded(p.ledgers, res)
-	case metaRecordSync:
-		if res.Err != nil {
-			t.recordDirty = true
-		}
+	case metaRecordRoll, metaRecordTrim, metaRecordSync:
+		t.afterRecordWrite(p, res)
+	case metaRecordCheck:
+		t.onRecordChecked(p, res)
 	case metaCursorPersist:
 		t.onCursorPersisted(p.cursor, p.persisted, res)
 	case metaCheckOwner:
@@ -547,10 +555,53 @@ func (t *Topic) casRecord(p pendingMeta, ledgers []LedgerInfo) {
 		op.Kind = MetaCreate
 	}
 	p.deletes = t.deleteAfterRecord
+	p.written = op.Value
 	t.deleteAfterRecord = map[string]meta.Version{}
 	t.recordBusy = true
 	t.recordDirty = false
 	t.sendMeta(p, op)
+}
+
+// afterRecordWrite acts on the known outcome of a roll, trim or sync CAS.
+func (t *Topic) afterRecordWrite(p pendingMeta, res MetaResult) {
+	switch p.purpose {
+	case metaRecordRoll:
+		t.onRollRecorded(p.proposal, res)
+	case metaRecordTrim:
+		t.onTrimRecorded(p.ledgers, res)
+	case metaRecordSync:
+		if res.Err != nil {
+			t.recordDirty = true
+		}
+	}
+}
+
+// checkRecord reads the record to settle the CAS p, which reported err.
+// recordBusy stays set until it is settled, so no other record write (and
+// no rollover) starts meanwhile.
+func (t *Topic) checkRecord(p pendingMeta, err error) {
+	t.recordBusy = true
+	t.sendMeta(pendingMeta{purpose: metaRecordCheck, check: &p, checkErr: err}, MetaOp{Kind: MetaGet, Key: TopicKey(t.cfg.Name)})
+}
+
+// onRecordChecked settles a CAS with an unknown outcome from the record as
+// stored: at our version still (it did not apply), exactly what we wrote
+// (it applied), or anything else (another owner wrote it: we are fenced).
+func (t *Topic) onRecordChecked(p pendingMeta, res MetaResult) {
+	if res.Err != nil {
+		t.recordCheck = &p
+		return
+	}
+	t.recordBusy = false
+	switch {
+	case res.Version == t.recordVersion:
+		t.afterRecordWrite(*p.check, MetaResult{Err: p.checkErr})
+	case bytes.Equal(res.Value, p.check.written):
+		t.recordVersion = res.Version
+		t.afterRecordWrite(*p.check, MetaResult{Version: res.Version})
+	default:
+		t.fail(fmt.Errorf("topic %s: record changed during a %s with an unknown outcome: %w", t.cfg.Name, p.check.purpose, ErrFenced))
+	}
 }
 
 func (t *Topic) currentInfo() LedgerInfo {

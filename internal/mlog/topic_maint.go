@@ -13,6 +13,10 @@ import (
 // cursor persistence, TTL, backlog quota, trimming and record fix-ups.
 func (t *Topic) Tick(now time.Time) {
 	t.now = now
+	if p := t.recordCheck; p != nil && (t.phase == phaseOpen || t.phase == phaseClosing) {
+		t.recordCheck = nil
+		t.checkRecord(*p.check, p.checkErr)
+	}
 	if t.phase != phaseOpen {
 		t.tryFinishClose()
 		return

@@ -225,6 +225,9 @@ const (
 	metaCheckOwner
 	metaCursorVersion
 	metaCursorDelete
+	// metaRecordCheck reads the record after a CAS whose outcome is unknown
+	// (an error that is not a version conflict: it may have applied).
+	metaRecordCheck
 	// Purposes from here on are topic-record CAS writes.
 	metaRecordOpen
 	metaRecordRoll
@@ -232,7 +235,7 @@ const (
 	metaRecordSync
 )
 
-var metaPurposeNames = [...]string{"load topic", "load cursor", "persist cursor", "check owner", "cursor version", "delete cursor", "register ledger", "roll over", "trim", "sync record"}
+var metaPurposeNames = [...]string{"load topic", "load cursor", "persist cursor", "check owner", "cursor version", "delete cursor", "check record", "register ledger", "roll over", "trim", "sync record"}
 
 func (p metaPurpose) String() string { return metaPurposeNames[p] }
 
@@ -245,6 +248,11 @@ type pendingMeta struct {
 	// no longer names them) succeeds.
 	deletes  map[string]meta.Version
 	proposal []LedgerInfo
+	// written: a record CAS's value. check: for metaRecordCheck, the CAS
+	// whose outcome it settles and the error that CAS reported.
+	written  []byte
+	check    *pendingMeta
+	checkErr error
 }
 
 type pendingLedger struct {
