@@ -8,6 +8,11 @@
 // a run; a violation carries the seed and a trace of the last events, and the
 // same seed replays the same run byte for byte.
 //
+// Two simulations share the engine: RunLedger (the ledger protocol) and
+// RunTopic (the managed ledger, internal/mlog's Topic core, with owners that
+// crash or pause and hand the topic over, consumers acknowledging out of
+// order, a modelled ledger service and metadata outages).
+//
 // What the package owns: virtual time, the event queue, the models (network,
 // bookie journal and fencing, metadata latency and faults), the scenario
 // generator and the checkers. What it must never do: start goroutines, read
