@@ -25,7 +25,7 @@ var keepAll = mlog.RetentionPolicy{Time: -1, Size: -1}
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // startCluster runs three in-process bookies registered in a MemServer.
-func startCluster(t *testing.T) *meta.MemServer {
+func startCluster(t testing.TB) *meta.MemServer {
 	t.Helper()
 	srv := meta.NewMemServer(meta.MemConfig{})
 	for i := range 3 {
@@ -44,7 +44,7 @@ func startCluster(t *testing.T) *meta.MemServer {
 	return srv
 }
 
-func config(t *testing.T, srv *meta.MemServer, name string, topic mlog.TopicConfig) Config {
+func config(t testing.TB, srv *meta.MemServer, name string, topic mlog.TopicConfig) Config {
 	t.Helper()
 	bc := client.New(client.Config{Logger: quiet, RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond})
 	t.Cleanup(bc.Close)
