@@ -26,7 +26,8 @@ func newPerfBookieCommand() *cobra.Command {
 	var (
 		dir                string
 		entryBytes, flight int
-		duration           time.Duration
+		duration, warmUp   time.Duration
+		doubleWrite        bool
 		engine             engineFlags
 	)
 	cmd := &cobra.Command{
@@ -36,7 +37,11 @@ func newPerfBookieCommand() *cobra.Command {
   (a) baseline: the same entries written by a minimal group-commit loop
       (preallocated file, write everything queued, fdatasync, release);
   (b) a bookie (journal, write cache, entry logs, index) over loopback TCP.
-Both with the same entry size and number of entries in flight. The last line is
+Both with the same entry size and number of entries in flight, each measured for
+--duration after --warm-up of the same load. With --double-write, a third phase
+runs the baseline loop while a second writer copies its bytes to growing files,
+as a bookie's entry logs receive its journal's: the disk's bound for (b).
+The last line is
   bookie-bench ratio=R baseline_mb_s=X bookie_mb_s=Y p99_ms=Z
 where R = Y/X and Z is the bookie's p99 add latency.`,
 		Args: cobra.NoArgs,
@@ -51,7 +56,8 @@ where R = Y/X and Z is the bookie's p99 add latency.`,
 			defer stop()
 			out := cmd.OutOrStdout()
 			res, err := perf.BenchBookie(ctx, perf.BookieBenchConfig{
-				Dir: dir, EntryBytes: entryBytes, InFlight: flight, Duration: duration, Engine: engine.config(), Out: out,
+				Dir: dir, EntryBytes: entryBytes, InFlight: flight, Duration: duration, WarmUp: warmUp,
+				DoubleWrite: doubleWrite, Engine: engine.config(), Out: out,
 			})
 			if err != nil {
 				return err
@@ -67,7 +73,9 @@ where R = Y/X and Z is the bookie's p99 add latency.`,
 	f.StringVar(&dir, "dir", "", "directory on the disk to measure (required)")
 	f.IntVar(&entryBytes, "entry-bytes", 1024, "entry size in bytes")
 	f.IntVar(&flight, "in-flight", 256, "entries in flight")
-	f.DurationVar(&duration, "duration", 10*time.Second, "duration of each phase")
+	f.DurationVar(&duration, "duration", 10*time.Second, "measured duration of each phase")
+	f.DurationVar(&warmUp, "warm-up", 2*time.Second, "unmeasured load before each phase's measurement (negative: none)")
+	f.BoolVar(&doubleWrite, "double-write", false, "also measure the baseline loop with a second copy of its bytes (the disk's bound for a bookie)")
 	engine.register(cmd)
 	return cmd
 }

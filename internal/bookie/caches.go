@@ -2,7 +2,6 @@ package bookie
 
 import (
 	"cmp"
-	"slices"
 	"sync"
 )
 
@@ -25,53 +24,6 @@ type cachedEntry struct {
 // entryOverhead approximates per-entry memory beyond the payload (map slot,
 // key, slice header) so that many tiny entries still count against limits.
 const entryOverhead = 64
-
-// writeCacheHalf holds adds not yet flushed to entry logs.
-type writeCacheHalf struct {
-	entries map[cacheKey]cachedEntry
-	bytes   int
-}
-
-func newWriteCacheHalf() *writeCacheHalf {
-	return &writeCacheHalf{entries: make(map[cacheKey]cachedEntry)}
-}
-
-func (h *writeCacheHalf) put(k cacheKey, v cachedEntry) {
-	if old, ok := h.entries[k]; ok {
-		h.bytes -= len(old.payload) + entryOverhead
-	}
-	h.entries[k] = v
-	h.bytes += len(v.payload) + entryOverhead
-}
-
-// sortedKeys returns the keys ordered by (ledger, entry): the order in which
-// a checkpoint writes them, so one ledger's entries are contiguous in an
-// entry log and read-ahead reads one span.
-func (h *writeCacheHalf) sortedKeys() []cacheKey {
-	keys := make([]cacheKey, 0, len(h.entries))
-	for k := range h.entries {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, cacheKey.compare)
-	return keys
-}
-
-// writeCache is double-buffered: adds go to active while a checkpoint writes
-// flushing to entry logs. Guarded by Engine.mu.
-//
-// Invariant: flushing is non-empty only while a checkpoint holds flushMu.
-type writeCache struct {
-	active, flushing *writeCacheHalf
-	halfBytes        int
-}
-
-func (w *writeCache) get(k cacheKey) (cachedEntry, bool) {
-	if v, ok := w.active.entries[k]; ok {
-		return v, true
-	}
-	v, ok := w.flushing.entries[k]
-	return v, ok
-}
 
 // readCache holds entries read from entry logs, including read-ahead. Two
 // generations: when the current one exceeds half the capacity it becomes the

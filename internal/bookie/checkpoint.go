@@ -45,7 +45,7 @@ func (e *Engine) checkpointLocked() error {
 		e.mu.Unlock()
 		return e.failErr
 	}
-	if len(e.wc.flushing.entries) != 0 {
+	if e.wc.flushing.count != 0 {
 		e.mu.Unlock()
 		panic("bookie: invariant violated: flushing half not empty at checkpoint start")
 	}
@@ -59,32 +59,29 @@ func (e *Engine) checkpointLocked() error {
 	}
 	pos := res.pos
 	frozen := e.wc.flushing // immutable until we replace it below
-	keys := frozen.sortedKeys()
+	keys, values := frozen.sorted()
 
 	// Entries of deleted ledgers are dropped here; a deletion racing with
 	// this checkpoint is caught again under indexMu below.
 	touched := make(map[int64]bool)
 	e.mu.RLock()
-	kept := keys[:0]
-	for _, k := range keys {
-		if deleted, seen := touched[k.ledgerID]; seen {
-			if !deleted {
-				kept = append(kept, k)
-			}
-			continue
+	kept, keptValues := keys[:0], values[:0]
+	for i, k := range keys {
+		deleted, seen := touched[k.ledgerID]
+		if !seen {
+			deleted = e.ledgers[k.ledgerID].deleted
+			touched[k.ledgerID] = deleted
 		}
-		ls := e.ledgers[k.ledgerID]
-		touched[k.ledgerID] = ls.deleted
-		if !ls.deleted {
-			kept = append(kept, k)
+		if !deleted {
+			kept, keptValues = append(kept, k), append(keptValues, values[i])
 		}
 	}
 	e.mu.RUnlock()
-	keys = kept
+	keys, values = kept, keptValues
 
 	locs := make([]location, len(keys))
 	for i, k := range keys {
-		loc, err := e.logs.append(k, frozen.entries[k])
+		loc, err := e.logs.append(k, values[i])
 		if err != nil {
 			return e.fail(ioError("checkpoint: write entry log", err))
 		}
@@ -132,13 +129,9 @@ func (e *Engine) commitCheckpoint(keys []cacheKey, locs []location, touched map[
 	e.mu.RUnlock()
 	b := e.db.NewBatch()
 	defer b.Close()
-	for i, k := range keys {
-		if _, live := metas[k.ledgerID]; !live {
-			continue
-		}
-		if err := b.Set(entryKey(k.ledgerID, k.entryID), locs[i].encode(), nil); err != nil {
-			return ioError("checkpoint: index batch", err)
-		}
+	deleted := func(k cacheKey) bool { _, live := metas[k.ledgerID]; return !live }
+	if err := appendBlockOperands(b, keys, locs, deleted); err != nil {
+		return ioError("checkpoint: index batch", err)
 	}
 	for id, meta := range metas {
 		if err := b.Set(ledgerKey(id), meta.encode(), nil); err != nil {
@@ -249,33 +242,43 @@ func (e *Engine) commitRelocations(keys []cacheKey, locs []location) error {
 	b := e.db.NewBatch()
 	defer b.Close()
 	e.mu.RLock()
-	for i, k := range keys {
-		if ls := e.ledgers[k.ledgerID]; ls != nil && ls.deleted {
-			continue // its DeleteRange committed; do not re-add
-		}
-		if err := b.Set(entryKey(k.ledgerID, k.entryID), locs[i].encode(), nil); err != nil {
-			e.mu.RUnlock()
-			return ioError("gc: index batch", err)
-		}
-	}
+	err := appendBlockOperands(b, keys, locs, func(k cacheKey) bool {
+		ls := e.ledgers[k.ledgerID]
+		return ls != nil && ls.deleted // its DeleteRange committed; do not re-add
+	})
 	e.mu.RUnlock()
+	if err != nil {
+		return ioError("gc: index batch", err)
+	}
 	return ioError("gc: commit index", b.Commit(pebble.Sync))
 }
 
-// scanLocations visits every entry location in the index.
+// scanLocations visits every entry location in the index, in (ledger,
+// entry) order.
 func (e *Engine) scanLocations(visit func(cacheKey, location)) error {
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixEntry}, UpperBound: []byte{keyPrefixEntry + 1}})
+	return scanLocations(e.db, visit)
+}
+
+func scanLocations(db *pebble.DB, visit func(cacheKey, location)) error {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{keyPrefixBlock}, UpperBound: []byte{keyPrefixBlock + 1}})
 	if err != nil {
 		return ioError("gc: scan index", err)
 	}
 	for it.First(); it.Valid(); it.Next() {
-		ledgerID, entryID, ok := decodeEntryKey(it.Key())
-		loc, err := decodeLocation(it.Value())
+		ledgerID, block, ok := decodeBlockKey(it.Key())
+		var locs *blockLocations
+		if ok {
+			locs, err = decodeBlock(it.Value())
+		}
 		if !ok || err != nil {
 			_ = it.Close()
 			return fmt.Errorf("bookie: corrupt index key %x: %v", it.Key(), err)
 		}
-		visit(cacheKey{ledgerID: ledgerID, entryID: entryID}, loc)
+		for slot := range blockEntries {
+			if loc, ok := locs.get(slot); ok {
+				visit(cacheKey{ledgerID: ledgerID, entryID: block<<blockShift | int64(slot)}, loc)
+			}
+		}
 	}
 	return ioError("gc: scan index", it.Close())
 }

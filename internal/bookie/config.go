@@ -86,6 +86,10 @@ const (
 	writeCacheWaitMax = 5 * time.Second
 	// maxPooledJournalFiles bounds the journal files kept for recycling.
 	maxPooledJournalFiles = 4
+	// entryLogPaceMax bounds how long a step of entry-log writeback waits
+	// for a journal fsync (an idle journal has none): at least
+	// entryLogWriteChunk per entryLogPaceMax, 256 MiB/s.
+	entryLogPaceMax = time.Millisecond
 )
 
 func (c Config) withDefaults() Config {

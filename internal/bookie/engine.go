@@ -72,6 +72,7 @@ type Engine struct {
 	mu        sync.RWMutex
 	ledgers   map[int64]*ledgerState
 	wc        writeCache
+	arena     bodyArena     // the bodies of adds (journal records, cached payloads)
 	flushDone chan struct{} // closed when a checkpoint empties the flushing half
 	readOnly  bool
 	closed    bool
@@ -119,6 +120,7 @@ func Open(cfg Config) (*Engine, error) {
 	db, err := pebble.Open(fs.PathJoin(cfg.LedgerDir, "index"), &pebble.Options{
 		FS:     fs,
 		Logger: pebbleLogger{log: cfg.Logger},
+		Merger: locationMergerOptions,
 	})
 	if err != nil {
 		m.unregister()
@@ -192,6 +194,11 @@ func (e *Engine) recover() error {
 	if err != nil {
 		return ioError("open entry logs", err)
 	}
+	e.logs.pace = func() {
+		if e.journal != nil {
+			e.journal.waitSync(entryLogPaceMax)
+		}
+	}
 
 	ids, records, err := replayJournal(e.fs, e.cfg.JournalDir, cp, func(kind byte, body []byte) {
 		if kind != recordKindAdd {
@@ -210,7 +217,7 @@ func (e *Engine) recover() error {
 			return // deletion is durable in the index; never resurrect
 		}
 		ls.lastAddConfirmed = max(ls.lastAddConfirmed, v.lastAddConfirmed)
-		v.payload = append([]byte(nil), v.payload...)
+		v.payload = e.arena.clone(v.payload)
 		e.wc.active.put(k, v)
 	})
 	if err != nil {
@@ -256,12 +263,13 @@ func (e *Engine) recover() error {
 	return nil
 }
 
-// Add stores an entry. done is called exactly once: after the journal fsync
+// Add stores an entry. It copies req.Payload before it returns: the caller
+// may reuse it at once. done is called exactly once: after the journal fsync
 // covering the entry (after write(2) when JournalSyncData is false), or with
-// an error. done may run on the journal goroutine, or before Add returns when
-// the add is rejected; it must not block, nor call Add (Add may wait up to
-// writeCacheWaitMax for a full write cache to drain, which needs the journal
-// goroutine).
+// an error. done may run on the journal's completion goroutine, or before Add
+// returns when the add is rejected; it must not block, nor call Add (Add may
+// wait up to writeCacheWaitMax for a full write cache to drain, which needs
+// the journal's goroutines).
 func (e *Engine) Add(req AddRequest, done func(err error)) {
 	start := time.Now()
 	if req.LedgerID < 0 || req.EntryID < 0 || len(req.Payload) > maxPayloadBytes {
@@ -269,10 +277,10 @@ func (e *Engine) Add(req AddRequest, done func(err error)) {
 		done(fmt.Errorf("add ledger %d entry %d (%d bytes): %w", req.LedgerID, req.EntryID, len(req.Payload), ErrInvalidRequest))
 		return
 	}
-	body := encodeAddBody(req) // copy outside the lock; the caller may reuse Payload after done
+	var header [addBodyHeaderBytes]byte
+	putAddBodyHeader(&header, req)
 	k := cacheKey{ledgerID: req.LedgerID, entryID: req.EntryID}
-	v := cachedEntry{lastAddConfirmed: req.LastAddConfirmed, payload: body[addBodyHeaderBytes:]}
-	size := len(v.payload) + entryOverhead
+	size := len(req.Payload) + entryOverhead
 	var deadline time.Time
 
 	e.mu.Lock()
@@ -284,12 +292,13 @@ func (e *Engine) Add(req AddRequest, done func(err error)) {
 			return
 		}
 		wc := &e.wc
-		if wc.active.bytes+wc.flushing.bytes+size <= 2*wc.halfBytes || len(wc.active.entries) == 0 {
+		if wc.active.bytes+wc.flushing.bytes+size <= 2*wc.halfBytes || wc.active.count == 0 {
 			break
 		}
 		// Both halves are full: wait for the checkpoint to drain one.
 		if deadline.IsZero() {
 			deadline = start.Add(writeCacheWaitMax)
+			e.counters.writeCacheWaits.Add(1)
 		}
 		flushed := e.flushDone
 		e.mu.Unlock()
@@ -306,17 +315,10 @@ func (e *Engine) Add(req AddRequest, done func(err error)) {
 		e.mu.Lock()
 	}
 	ls := e.ledgerLocked(req.LedgerID)
-	e.wc.active.put(k, v)
+	body := e.arena.concat(header[:], req.Payload)
+	e.wc.active.put(k, cachedEntry{lastAddConfirmed: req.LastAddConfirmed, payload: body[addBodyHeaderBytes:]})
 	notify := ls.raiseLACLocked(req.LastAddConfirmed)
-	e.journal.enqueue(body, func(err error) {
-		if err != nil {
-			e.counters.addsFailed.Add(1)
-		} else {
-			e.counters.adds.Add(1)
-			e.metrics.addLatency.Observe(time.Since(start).Seconds())
-		}
-		done(err)
-	})
+	e.journal.enqueue(body, start, done)
 	halfFull := e.wc.active.bytes >= e.wc.halfBytes
 	e.mu.Unlock()
 	if halfFull {
@@ -534,11 +536,12 @@ func (e *Engine) Stats() Stats {
 	s := Stats{
 		Adds: c.adds.Load(), AddsFailed: c.addsFailed.Load(),
 		Reads: c.reads.Load(), ReadsFailed: c.readsFailed.Load(),
-		WriteCacheHits: c.writeCacheHits.Load(),
-		ReadCacheHits:  c.readCacheHits.Load(), ReadCacheMisses: c.readCacheMisses.Load(),
+		WriteCacheHits: c.writeCacheHits.Load(), WriteCacheWaits: c.writeCacheWaits.Load(),
+		ReadCacheHits: c.readCacheHits.Load(), ReadCacheMisses: c.readCacheMisses.Load(),
 		JournalQueueDepth: c.journalQueueDepth.Load(),
 		JournalBatches:    c.journalBatches.Load(), JournalSyncs: c.journalSyncs.Load(),
-		JournalRecords: c.journalRecords.Load(), JournalBytes: c.journalBytes.Load(),
+		JournalSyncTime: time.Duration(c.journalSyncNanos.Load()),
+		JournalRecords:  c.journalRecords.Load(), JournalBytes: c.journalBytes.Load(),
 		JournalFilesRecycled: c.journalFilesRecycled.Load(),
 		ReplayedRecords:      c.replayedRecords.Load(),
 		Checkpoints:          c.checkpoints.Load(),

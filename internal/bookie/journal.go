@@ -45,18 +45,21 @@ func parseJournalName(name string) (uint64, bool) {
 	return id, journalName(id) == name && id > 0
 }
 
-// encodeAddBody copies the request into a fresh body; the write cache keeps
-// a reference to its payload part.
+// encodeAddBody copies the request into a fresh body.
 func encodeAddBody(req AddRequest) []byte {
-	body := make([]byte, addBodyHeaderBytes+len(req.Payload))
-	binary.BigEndian.PutUint64(body[0:], uint64(req.LedgerID))
-	binary.BigEndian.PutUint64(body[8:], uint64(req.EntryID))
-	binary.BigEndian.PutUint64(body[16:], uint64(req.LastAddConfirmed))
+	var header [addBodyHeaderBytes]byte
+	putAddBodyHeader(&header, req)
+	return append(header[:], req.Payload...)
+}
+
+// putAddBodyHeader writes the part of an add body before the payload.
+func putAddBodyHeader(h *[addBodyHeaderBytes]byte, req AddRequest) {
+	binary.BigEndian.PutUint64(h[0:], uint64(req.LedgerID))
+	binary.BigEndian.PutUint64(h[8:], uint64(req.EntryID))
+	binary.BigEndian.PutUint64(h[16:], uint64(req.LastAddConfirmed))
 	if req.Recovery {
-		body[24] = addFlagRecovery
+		h[24] = addFlagRecovery
 	}
-	copy(body[addBodyHeaderBytes:], req.Payload)
-	return body
 }
 
 func decodeAddBody(body []byte) (k cacheKey, v cachedEntry, ok bool) {
@@ -103,9 +106,10 @@ func parseJournalRecord(buf []byte, fileID uint64) (kind byte, body []byte, size
 // journalItem is one queued add, or a checkpoint marker (marker != nil)
 // that resolves to the journal position after every item queued before it.
 type journalItem struct {
-	body     []byte
-	done     func(error)
-	marker   chan markerResult
+	body   []byte
+	done   func(error)
+	marker chan markerResult
+	// enqueued is when the add began (Engine.Add): the start of its latency.
 	enqueued time.Time
 }
 
@@ -114,6 +118,19 @@ type markerResult struct {
 	err error
 }
 
+// finishedBatch is a batch whose fate is known: synced (err nil) or failed.
+// positions (nil after a failure before writing) gives each marker its
+// journal position.
+type finishedBatch struct {
+	items     []journalItem
+	positions []journalPosition
+	err       error
+}
+
+// maxUnacknowledgedBatches bounds journal batches synced but not yet
+// acknowledged.
+const maxUnacknowledgedBatches = 4
+
 type preparedFile struct {
 	id   uint64
 	file vfs.File
@@ -121,7 +138,10 @@ type preparedFile struct {
 }
 
 // journal is the write-ahead log with group commit. One goroutine (run)
-// owns the open file; Engine code only enqueues and releases.
+// owns the open file: it writes everything queued, fsyncs, and hands the
+// batch to a second goroutine (completeLoop) that acknowledges its adds,
+// while it goes on with the next batch — so the disk is not idle while a
+// batch's callbacks run. Engine code only enqueues and releases.
 type journal struct {
 	fs             vfs.FS
 	dir            string
@@ -141,11 +161,16 @@ type journal struct {
 	queueBytes int
 	closing    bool
 	failed     error
-	live       []uint64 // files at or after the checkpoint (may hold records to replay), sorted
-	pool       []uint64 // files before the checkpoint, free for recycling
+	live       []uint64      // files at or after the checkpoint (may hold records to replay), sorted
+	pool       []uint64      // files before the checkpoint, free for recycling
+	synced     chan struct{} // closed and replaced at the end of every fsync
 
 	wake    chan struct{}
-	stopped chan struct{}
+	stopped chan struct{} // closed when both goroutines have returned
+	// completions carries finished batches from run to completeLoop, in
+	// order. Its capacity bounds the batches written but not yet
+	// acknowledged; run waits when it is full.
+	completions chan finishedBatch
 
 	// Owned by the run goroutine.
 	file      vfs.File
@@ -163,6 +188,8 @@ func (j *journal) path(id uint64) string { return j.fs.PathJoin(j.dir, journalNa
 func (j *journal) start(firstID uint64) error {
 	j.wake = make(chan struct{}, 1)
 	j.stopped = make(chan struct{})
+	j.synced = make(chan struct{})
+	j.completions = make(chan finishedBatch, maxUnacknowledgedBatches)
 	j.spare = make(chan preparedFile, 1)
 	pf := j.prepare(firstID)
 	if pf.err != nil {
@@ -172,7 +199,17 @@ func (j *journal) start(firstID uint64) error {
 	j.mu.Lock()
 	j.live = append(j.live, pf.id)
 	j.mu.Unlock()
-	go j.run()
+	completerDone := make(chan struct{})
+	go func() {
+		defer close(completerDone)
+		j.completeLoop()
+	}()
+	go func() {
+		defer close(j.stopped)
+		j.run()
+		close(j.completions)
+		<-completerDone
+	}()
 	return nil
 }
 
@@ -231,9 +268,10 @@ func (j *journal) createZeroFilled(id uint64) (vfs.File, error) {
 	return f, nil
 }
 
-// enqueue queues an add; done is called after the covering fsync.
-func (j *journal) enqueue(body []byte, done func(error)) {
-	j.push(journalItem{body: body, done: done, enqueued: time.Now()})
+// enqueue queues an add that began at start; done is called after the
+// covering fsync, once the add is counted (Stats, latency metric).
+func (j *journal) enqueue(body []byte, start time.Time, done func(error)) {
+	j.push(journalItem{body: body, done: done, enqueued: start})
 }
 
 // enqueueMarker returns a channel that receives the journal position after
@@ -248,7 +286,7 @@ func (j *journal) push(it journalItem) {
 	j.mu.Lock()
 	if j.closing {
 		j.mu.Unlock()
-		complete(it, journalPosition{}, ErrClosed)
+		j.complete(it, journalPosition{}, ErrClosed, time.Now())
 		return
 	}
 	j.queue = append(j.queue, it)
@@ -262,16 +300,22 @@ func (j *journal) push(it journalItem) {
 	}
 }
 
-func complete(it journalItem, pos journalPosition, err error) {
+// complete resolves an item; now is the time of the covering fsync's end.
+func (j *journal) complete(it journalItem, pos journalPosition, err error, now time.Time) {
 	if it.marker != nil {
 		it.marker <- markerResult{pos: pos, err: err}
 		return
+	}
+	if err != nil {
+		j.counters.addsFailed.Add(1)
+	} else {
+		j.counters.adds.Add(1)
+		j.metrics.addLatency.Observe(now.Sub(it.enqueued).Seconds())
 	}
 	it.done(err)
 }
 
 func (j *journal) run() {
-	defer close(j.stopped)
 	for j.next() {
 		j.process()
 	}
@@ -332,7 +376,8 @@ func (j *journal) next() bool {
 		bytes += b
 		n++
 	}
-	j.batch = append(j.batch[:0], j.queue[:n]...)
+	// A fresh slice: the previous batch may still be being acknowledged.
+	j.batch = append(make([]journalItem, 0, n), j.queue[:n]...)
 	rest := copy(j.queue, j.queue[n:])
 	clear(j.queue[rest:])
 	j.queue = j.queue[:rest]
@@ -408,16 +453,24 @@ func (j *journal) process() {
 	j.finish(positions, err)
 }
 
+// finish hands j.batch, synced or failed, to completeLoop.
 func (j *journal) finish(positions []journalPosition, err error) {
-	for i, it := range j.batch {
-		var pos journalPosition
-		if positions != nil {
-			pos = positions[i]
+	j.completions <- finishedBatch{items: j.batch, positions: positions, err: err}
+	j.batch = nil
+}
+
+// completeLoop acknowledges finished batches in order.
+func (j *journal) completeLoop() {
+	for b := range j.completions {
+		now := time.Now()
+		for i, it := range b.items {
+			var pos journalPosition
+			if b.positions != nil {
+				pos = b.positions[i]
+			}
+			j.complete(it, pos, b.err, now)
 		}
-		complete(it, pos, err)
 	}
-	clear(j.batch)
-	j.batch = j.batch[:0]
 }
 
 func (j *journal) write(buf []byte) error {
@@ -437,8 +490,14 @@ func (j *journal) write(buf []byte) error {
 func (j *journal) sync() error {
 	start := time.Now()
 	err := j.file.SyncData()
-	j.metrics.fsyncLatency.Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	j.metrics.fsyncLatency.Observe(took.Seconds())
 	j.counters.journalSyncs.Add(1)
+	j.counters.journalSyncNanos.Add(int64(took))
+	j.mu.Lock()
+	close(j.synced)
+	j.synced = make(chan struct{})
+	j.mu.Unlock()
 	return ioError(fmt.Sprintf("sync journal file %d", j.fileID), err)
 }
 
@@ -473,6 +532,19 @@ func (j *journal) roll() error {
 	j.preparing = true
 	go func(id uint64) { j.spare <- j.prepare(id) }(pf.id + 1)
 	return nil
+}
+
+// waitSync waits for the end of the next fsync, at most limit.
+func (j *journal) waitSync(limit time.Duration) {
+	j.mu.Lock()
+	synced := j.synced
+	j.mu.Unlock()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-synced:
+	case <-t.C:
+	}
 }
 
 func (j *journal) fail(err error) {

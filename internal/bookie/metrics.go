@@ -3,6 +3,7 @@ package bookie
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -84,9 +85,10 @@ func (m *metrics) unregister() {
 type counters struct {
 	adds, addsFailed                             atomic.Uint64
 	reads, readsFailed                           atomic.Uint64
-	writeCacheHits                               atomic.Uint64
+	writeCacheHits, writeCacheWaits              atomic.Uint64
 	readCacheHits, readCacheMisses               atomic.Uint64
 	journalBatches, journalSyncs, journalRecords atomic.Uint64
+	journalSyncNanos                             atomic.Int64
 	journalBytes, journalFilesRecycled           atomic.Uint64
 	journalQueueDepth                            atomic.Int64
 	checkpoints                                  atomic.Uint64
@@ -99,11 +101,13 @@ type Stats struct {
 	Adds, AddsFailed     uint64 // Add calls acknowledged with nil / with an error
 	Reads, ReadsFailed   uint64 // entry reads served / failed (ErrNoSuchEntry included)
 	WriteCacheHits       uint64
+	WriteCacheWaits      uint64 // adds that waited for a checkpoint to free write-cache room
 	ReadCacheHits        uint64
 	ReadCacheMisses      uint64 // reads that went to the entry logs
 	JournalQueueDepth    int64
 	JournalBatches       uint64 // group commits written
 	JournalSyncs         uint64
+	JournalSyncTime      time.Duration // total time spent in journal fsyncs
 	JournalRecords       uint64
 	JournalBytes         uint64
 	JournalFilesRecycled uint64 // journal files reused under a new id

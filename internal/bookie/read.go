@@ -3,6 +3,7 @@ package bookie
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -118,16 +119,12 @@ func (e *Engine) readFromLogs(k cacheKey) (cachedEntry, error) {
 	if e.dbClosed.Load() {
 		return cachedEntry{}, ErrClosed
 	}
-	val, ok, err := getValue(e.db, entryKey(k.ledgerID, k.entryID))
+	loc, ok, err := e.lookup(k)
 	if err != nil {
 		return cachedEntry{}, ioError("read index", err)
 	}
 	if !ok {
 		return cachedEntry{}, fmt.Errorf("read ledger %d entry %d: %w", k.ledgerID, k.entryID, ErrNoSuchEntry)
-	}
-	loc, err := decodeLocation(val)
-	if err != nil {
-		return cachedEntry{}, ioError("read index", err)
 	}
 	v, err := e.logs.read(loc, k)
 	if err != nil {
@@ -145,13 +142,33 @@ func (e *Engine) readFromLogs(k cacheKey) (cachedEntry, error) {
 	return v, nil
 }
 
+// lookup returns the entry's location in the index.
+func (e *Engine) lookup(k cacheKey) (location, bool, error) { return lookupLocation(e.db, k) }
+
+func lookupLocation(db *pebble.DB, k cacheKey) (location, bool, error) {
+	val, ok, err := getValue(db, blockKey(k.ledgerID, k.entryID>>blockShift))
+	if err != nil || !ok {
+		return location{}, false, err
+	}
+	b, err := decodeBlock(val)
+	if err != nil {
+		return location{}, false, err
+	}
+	loc, ok := b.get(int(k.entryID & (blockEntries - 1)))
+	return loc, ok, nil
+}
+
 // readAhead appends the entries following k that the index locates,
 // reading adjacent records of one log with a single ReadAt. Errors end the
 // read-ahead quietly: it is an optimisation.
 func (e *Engine) readAhead(k cacheKey, keys []cacheKey, values []cachedEntry) ([]cacheKey, []cachedEntry) {
+	first, last := k.entryID+1, k.entryID+int64(e.cfg.ReadAheadEntries) // inclusive
+	if last < first {
+		last = math.MaxInt64 // overflow
+	}
 	it, err := e.db.NewIter(&pebble.IterOptions{
-		LowerBound: entryKey(k.ledgerID, k.entryID+1),
-		UpperBound: entryKey(k.ledgerID, k.entryID+1+int64(e.cfg.ReadAheadEntries)),
+		LowerBound: blockKey(k.ledgerID, first>>blockShift),
+		UpperBound: blockKey(k.ledgerID, last>>blockShift+1),
 	})
 	if err != nil {
 		return keys, values
@@ -159,13 +176,21 @@ func (e *Engine) readAhead(k cacheKey, keys []cacheKey, values []cachedEntry) ([
 	var aheadKeys []cacheKey
 	var aheadLocs []location
 	for it.First(); it.Valid(); it.Next() {
-		ledgerID, entryID, ok := decodeEntryKey(it.Key())
-		loc, err := decodeLocation(it.Value())
-		if !ok || err != nil {
+		ledgerID, block, ok := decodeBlockKey(it.Key())
+		if !ok {
 			break
 		}
-		aheadKeys = append(aheadKeys, cacheKey{ledgerID: ledgerID, entryID: entryID})
-		aheadLocs = append(aheadLocs, loc)
+		b, err := decodeBlock(it.Value())
+		if err != nil {
+			break
+		}
+		for slot := range blockEntries {
+			entryID := block<<blockShift | int64(slot)
+			if loc, ok := b.get(slot); ok && entryID >= first && entryID <= last {
+				aheadKeys = append(aheadKeys, cacheKey{ledgerID: ledgerID, entryID: entryID})
+				aheadLocs = append(aheadLocs, loc)
+			}
+		}
 	}
 	_ = it.Close()
 	for i := 0; i < len(aheadLocs); {

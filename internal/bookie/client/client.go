@@ -238,7 +238,7 @@ func (c *Client) call(ctx context.Context, addr string, ledgerID int64, req *wir
 	}
 	req.RequestId = c.nextID.Add(1)
 	results := make(chan result, 1)
-	if err := cn.send(req, &call{done: func(resp *wire.Response, err error) {
+	if err := cn.send(req, call{done: func(resp *wire.Response, err error) {
 		results <- result{resp, err}
 	}}); err != nil {
 		cn.release()
@@ -294,7 +294,7 @@ func (c *Client) start(addr string, ledgerID int64, req *wire.Request, done func
 		}
 	}
 	req.RequestId = c.nextID.Add(1)
-	if err := cn.send(req, &call{deadline: deadline, done: done}); err != nil {
+	if err := cn.send(req, call{deadline: deadline, done: done}); err != nil {
 		cn.release()
 		fail(err)
 	}
@@ -306,6 +306,21 @@ func (c *Client) start(addr string, ledgerID int64, req *wire.Request, done func
 // bookie is being dialled or its connection's window is full, at most AsyncTimeout.
 // Adds of one ledger to one bookie are sent in call order.
 func (c *Client) AddAsync(addr string, req AddRequest, done func(error)) {
+	// The common case (connected, room in the window) encodes the frame directly into the
+	// connection's buffer and allocates nothing; the response is decoded the same way.
+	if bc, err := c.bookieConn(addr, req.LedgerID); err == nil {
+		if cn := bc.connected(); cn != nil && cn.tryAcquire() {
+			id := c.nextID.Add(1)
+			add := wire.AddFields{LedgerID: req.LedgerID, EntryID: req.EntryID,
+				LastAddConfirmed: req.LastAddConfirmed, Recovery: req.Recovery, Payload: req.Payload}
+			cl := call{deadline: time.Now().Add(c.cfg.AsyncTimeout), addDone: done, ledgerID: req.LedgerID, entryID: req.EntryID}
+			if err := cn.sendAdd(id, &add, cl); err != nil {
+				cn.release()
+				go done(addError(addr, req.LedgerID, req.EntryID, err))
+			}
+			return
+		}
+	}
 	c.start(addr, req.LedgerID, addRequest(req), func(resp *wire.Response, err error) {
 		done(addOutcome(addr, req, resp, err))
 	})
@@ -327,9 +342,13 @@ func addRequest(req AddRequest) *wire.Request {
 	}}}
 }
 
+func addError(addr string, ledgerID, entryID int64, err error) error {
+	return fmt.Errorf("bookie %s: add ledger %d entry %d: %w", addr, ledgerID, entryID, err)
+}
+
 func addOutcome(addr string, req AddRequest, resp *wire.Response, err error) error {
 	if err = outcome(resp, err); err != nil {
-		return fmt.Errorf("bookie %s: add ledger %d entry %d: %w", addr, req.LedgerID, req.EntryID, err)
+		return addError(addr, req.LedgerID, req.EntryID, err)
 	}
 	if a := resp.GetAdd(); a == nil || a.GetLedgerId() != req.LedgerID || a.GetEntryId() != req.EntryID {
 		return fmt.Errorf("bookie %s: add ledger %d entry %d: %w: answered for %v", addr, req.LedgerID, req.EntryID, ErrMalformed, a)

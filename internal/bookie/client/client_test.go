@@ -1,8 +1,10 @@
 package client_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"quire/internal/bookie/client"
 	"quire/internal/bookie/server"
@@ -559,5 +563,82 @@ func TestCanceledContext(t *testing.T) {
 	cancel()
 	if err := c.Add(ctx, b.addr, client.AddRequest{LedgerID: 1}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("add with canceled context: %v", err)
+	}
+}
+
+// TestAddAnswers: each way a bookie may answer an add, through the fast decoder or protobuf,
+// gives AddAsync the right outcome. A scripted "bookie" answers add entry i in the way
+// answers[i] says.
+func TestAddAnswers(t *testing.T) {
+	okFrame := func(id uint64, ledger, entry int64) []byte {
+		return wire.AppendAddOKResponseFrame(nil, id, ledger, entry)
+	}
+	protoFrame := func(resp *wire.Response) []byte {
+		b, err := wire.AppendFrame(nil, resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	answers := []struct {
+		name   string
+		frame  func(id uint64) []byte
+		wantIs error // nil: success
+	}{
+		{"ok", func(id uint64) []byte { return okFrame(id, 1, 1) }, nil},
+		{"ok for another entry", func(id uint64) []byte { return okFrame(id, 1, 99) }, client.ErrMalformed},
+		{"ok without body", func(id uint64) []byte { return protoFrame(&wire.Response{RequestId: id, Status: wire.Status_OK}) }, client.ErrMalformed},
+		{"fenced without message", func(id uint64) []byte {
+			return protoFrame(&wire.Response{RequestId: id, Status: wire.Status_FENCED})
+		}, client.ErrFenced},
+		{"fenced with message", func(id uint64) []byte {
+			return protoFrame(&wire.Response{RequestId: id, Status: wire.Status_FENCED, ErrorMessage: "fenced by recovery"})
+		}, client.ErrFenced},
+		{"ok with an unknown field", func(id uint64) []byte {
+			b := okFrame(id, 1, 6)[wire.FrameHeaderBytes:]
+			b = protowire.AppendVarint(protowire.AppendTag(b, 99, protowire.VarintType), 1)
+			return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
+		}, nil},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		fr := wire.NewFrameReader(bufio.NewReader(nc), 0)
+		for {
+			req, err := fr.ReadRequest()
+			if err != nil {
+				return
+			}
+			entry := req.GetAdd().GetEntryId()
+			if entry == 0 { // the first add only opens the connection
+				nc.Write(okFrame(req.GetRequestId(), 1, 0))
+				continue
+			}
+			nc.Write(answers[entry-1].frame(req.GetRequestId()))
+		}
+	}()
+	c := newClient(t, client.Config{})
+	addr := ln.Addr().String()
+	if err := c.Add(testContext(t), addr, client.AddRequest{LedgerID: 1, EntryID: 0}); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range answers {
+		done := make(chan error, 1)
+		c.AddAsync(addr, client.AddRequest{LedgerID: 1, EntryID: int64(i + 1), Payload: []byte("p")}, func(err error) { done <- err })
+		err := <-done
+		switch {
+		case a.wantIs == nil && err != nil:
+			t.Errorf("%s: %v", a.name, err)
+		case a.wantIs != nil && !errors.Is(err, a.wantIs):
+			t.Errorf("%s: got %v, want %v", a.name, err, a.wantIs)
+		}
 	}
 }

@@ -140,12 +140,65 @@ func (bc *bookieConn) close() {
 	}
 }
 
-// call is a request waiting for its response.
+// call is a request waiting for its response. Exactly one of done and addDone is set, and
+// is called exactly once.
 type call struct {
 	// deadline fails the call when it passes; zero when the caller watches its own context.
 	deadline time.Time
-	// done is called exactly once, with the response or the reason there is none.
+	// done gets the response, or the reason there is none.
 	done func(*wire.Response, error)
+	// addDone gets the outcome of an add sent by AddAsync, whose response must echo
+	// ledgerID and entryID. Such calls are answered without building a wire.Response.
+	addDone           func(error)
+	ledgerID, entryID int64
+}
+
+// fail completes the call without a response.
+func (cl *call) fail(addr string, err error) {
+	if cl.addDone != nil {
+		cl.addDone(addError(addr, cl.ledgerID, cl.entryID, err))
+		return
+	}
+	cl.done(nil, err)
+}
+
+// answer completes the call with a response decoded by protobuf.
+func (cl *call) answer(addr string, resp *wire.Response) {
+	if cl.addDone == nil {
+		cl.done(resp, nil)
+		return
+	}
+	add := &wire.AddResponseFrame{RequestID: resp.GetRequestId(), Status: resp.GetStatus()}
+	if a := resp.GetAdd(); a != nil {
+		add.HasAdd, add.LedgerID, add.EntryID = true, a.GetLedgerId(), a.GetEntryId()
+	}
+	cl.answerAdd(addr, add, resp.GetErrorMessage())
+}
+
+// answerAdd completes the call with a response decoded by the add fast path.
+func (cl *call) answerAdd(addr string, add *wire.AddResponseFrame, errorMessage string) {
+	if cl.addDone == nil {
+		// Not an add, or not sent by AddAsync: the caller checks the response itself.
+		resp := &wire.Response{RequestId: add.RequestID, Status: add.Status, ErrorMessage: errorMessage}
+		if add.HasAdd {
+			resp.Body = &wire.Response_Add{Add: &wire.AddResponse{LedgerId: add.LedgerID, EntryId: add.EntryID}}
+		}
+		cl.done(resp, nil)
+		return
+	}
+	var err error
+	switch {
+	case add.Status != wire.Status_OK:
+		err = wire.ErrorOf(add.Status, errorMessage)
+	case !add.HasAdd:
+		err = fmt.Errorf("%w: OK without an add body", ErrMalformed)
+	case add.LedgerID != cl.ledgerID || add.EntryID != cl.entryID:
+		err = fmt.Errorf("%w: answered for ledger %d entry %d", ErrMalformed, add.LedgerID, add.EntryID)
+	}
+	if err != nil {
+		err = addError(addr, cl.ledgerID, cl.entryID, err)
+	}
+	cl.addDone(err)
 }
 
 // conn is one TCP connection: a reader goroutine matching responses to calls, a writer
@@ -163,7 +216,7 @@ type conn struct {
 
 	mu      sync.Mutex
 	failed  error // non-nil once the connection is dead
-	pending map[uint64]*call
+	pending map[uint64]call
 	out     []byte // encoded frames not yet taken by the writer
 }
 
@@ -176,7 +229,7 @@ func newConn(bc *bookieConn, nc net.Conn) *conn {
 		slots:   make(chan struct{}, bc.c.cfg.MaxInFlightPerConn),
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
-		pending: make(map[uint64]*call),
+		pending: make(map[uint64]call),
 	}
 	bc.c.wg.Add(3)
 	go func() {
@@ -227,8 +280,13 @@ func (cn *conn) acquire(ctx context.Context) error {
 func (cn *conn) release() { <-cn.slots }
 
 // send registers cl and queues req's frame for the writer. The caller holds a slot.
-func (cn *conn) send(req *wire.Request, cl *call) error {
-	maxBody := cn.bc.c.cfg.MaxFrameBytes - wire.FrameOverheadBytes
+func (cn *conn) send(req *wire.Request, cl call) error {
+	return cn.queue(req.GetRequestId(), cl, func(out []byte) ([]byte, error) { return wire.AppendFrame(out, req) })
+}
+
+// sendAdd registers cl and queues the frame of an add for the writer, encoded without
+// building a message. The caller holds a slot.
+func (cn *conn) sendAdd(id uint64, add *wire.AddFields, cl call) error {
 	cn.mu.Lock()
 	if cn.failed != nil {
 		err := cn.failed
@@ -236,7 +294,26 @@ func (cn *conn) send(req *wire.Request, cl *call) error {
 		return err
 	}
 	before := len(cn.out)
-	out, err := wire.AppendFrame(cn.out, req)
+	out, err := wire.AppendAddRequestFrame(cn.out, id, add)
+	return cn.queued(id, cl, before, out, err)
+}
+
+func (cn *conn) queue(id uint64, cl call, encode func([]byte) ([]byte, error)) error {
+	cn.mu.Lock()
+	if cn.failed != nil {
+		err := cn.failed
+		cn.mu.Unlock()
+		return err
+	}
+	before := len(cn.out)
+	out, err := encode(cn.out)
+	return cn.queued(id, cl, before, out, err)
+}
+
+// queued finishes a send whose frame was appended to out from offset before. Called with
+// mu held; releases it.
+func (cn *conn) queued(id uint64, cl call, before int, out []byte, err error) error {
+	maxBody := cn.bc.c.cfg.MaxFrameBytes - wire.FrameOverheadBytes
 	if err == nil && len(out)-before-wire.FrameHeaderBytes > maxBody {
 		err = fmt.Errorf("%w: request is %d bytes, max %d", wire.ErrFrameTooLarge, len(out)-before-wire.FrameHeaderBytes, maxBody)
 	}
@@ -246,7 +323,7 @@ func (cn *conn) send(req *wire.Request, cl *call) error {
 		return err
 	}
 	cn.out = out
-	cn.pending[req.GetRequestId()] = cl
+	cn.pending[id] = cl
 	cn.mu.Unlock()
 	select {
 	case cn.kick <- struct{}{}:
@@ -255,20 +332,23 @@ func (cn *conn) send(req *wire.Request, cl *call) error {
 	return nil
 }
 
-// take removes and returns the call with this id, or nil if it is gone (answered,
+// take removes and returns the call with this id; ok is false if it is gone (answered,
 // abandoned, timed out, or the connection failed).
-func (cn *conn) take(id uint64) *call {
+func (cn *conn) take(id uint64) (cl call, ok bool) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	cl := cn.pending[id]
-	if cl != nil {
+	cl, ok = cn.pending[id]
+	if ok {
 		delete(cn.pending, id)
 	}
-	return cl
+	return cl, ok
 }
 
 // forget abandons a call; it reports whether the call was still pending.
-func (cn *conn) forget(id uint64) bool { return cn.take(id) != nil }
+func (cn *conn) forget(id uint64) bool {
+	_, ok := cn.take(id)
+	return ok
+}
 
 // fail kills the connection and fails every pending call with err, in request order.
 func (cn *conn) fail(err error) {
@@ -293,26 +373,36 @@ func (cn *conn) fail(err error) {
 	}
 	slices.SortFunc(ids, cmp.Compare)
 	for _, id := range ids {
-		pending[id].done(nil, err)
+		cl := pending[id]
+		cl.fail(cn.bc.addr, err)
 	}
 }
 
 func (cn *conn) readLoop() {
 	fr := wire.NewFrameReader(bufio.NewReaderSize(cn.nc, ioBufferBytes), cn.bc.c.cfg.MaxFrameBytes)
+	var add wire.AddResponseFrame
 	for {
-		resp, err := fr.ReadResponse()
+		resp, isAdd, err := fr.ReadResponseOrAdd(&add)
 		if err != nil {
 			cn.fail(fmt.Errorf("%w: bookie %s: read: %w", ErrConnection, cn.bc.addr, err))
 			return
 		}
-		cl := cn.take(resp.GetRequestId())
-		if cl == nil {
+		id := add.RequestID
+		if !isAdd {
+			id = resp.GetRequestId()
+		}
+		cl, ok := cn.take(id)
+		if !ok {
 			// Its caller gave up (context or timeout) before the bookie answered.
-			cn.log.Debug("response for a request no longer pending", "request_id", resp.GetRequestId())
+			cn.log.Debug("response for a request no longer pending", "request_id", id)
 			continue
 		}
 		cn.release()
-		cl.done(resp, nil)
+		if isAdd {
+			cl.answerAdd(cn.bc.addr, &add, "")
+		} else {
+			cl.answer(cn.bc.addr, resp)
+		}
 	}
 }
 
@@ -364,7 +454,7 @@ func (cn *conn) sweepLoop() {
 			return
 		case now := <-ticker.C:
 			cn.mu.Lock()
-			var expired []*call
+			var expired []call
 			for id, cl := range cn.pending {
 				if !cl.deadline.IsZero() && now.After(cl.deadline) {
 					delete(cn.pending, id)
@@ -374,7 +464,7 @@ func (cn *conn) sweepLoop() {
 			cn.mu.Unlock()
 			for _, cl := range expired {
 				cn.release()
-				cl.done(nil, fmt.Errorf("bookie %s: no response within %v: %w", cn.bc.addr, cn.bc.c.cfg.AsyncTimeout, context.DeadlineExceeded))
+				cl.fail(cn.bc.addr, fmt.Errorf("bookie %s: no response within %v: %w", cn.bc.addr, cn.bc.c.cfg.AsyncTimeout, context.DeadlineExceeded))
 			}
 		}
 	}

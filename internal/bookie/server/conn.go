@@ -40,7 +40,7 @@ type conn struct {
 	// queue holds responses for the writer. Invariant: len(queue) ≤ inFlight completions
 	// + MaxInFlightPerConn, because the reader stops reading while the queue is that long
 	// and only the engine's completions of admitted requests add to it otherwise.
-	queue []*wire.Response
+	queue []outgoing
 	// inFlight counts admitted requests whose response is not queued yet.
 	// Invariant: 0 ≤ inFlight ≤ MaxInFlightPerConn.
 	inFlight int
@@ -76,10 +76,20 @@ func (c *conn) serve() {
 	c.workers.Wait()
 }
 
+// outgoing is a response waiting for the writer: resp, or with addOK the OK answer to an
+// add, which the writer encodes without building a message.
+type outgoing struct {
+	resp              *wire.Response
+	addOK             bool
+	requestID         uint64
+	ledgerID, entryID int64
+}
+
 func (c *conn) readLoop() {
 	fr := wire.NewFrameReader(bufio.NewReaderSize(c.nc, ioBufferBytes), c.s.cfg.MaxFrameBytes)
+	var add wire.AddRequestFrame
 	for c.waitForQueueSpace() {
-		req, err := fr.ReadRequest()
+		req, isAdd, err := fr.ReadRequestOrAdd(&add)
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF):
@@ -94,6 +104,11 @@ func (c *conn) readLoop() {
 				}
 			}
 			return
+		}
+		if isAdd {
+			// add.Payload aliases the read buffer; the engine copies it before Add returns.
+			c.dispatchAdd(&add, time.Now())
+			continue
 		}
 		c.dispatch(req, time.Now())
 	}
@@ -172,6 +187,14 @@ func kindOf(req *wire.Request) requestKind {
 // which keeps a connection's adds in arrival order.
 func (c *conn) dispatch(req *wire.Request, received time.Time) {
 	id, kind := req.GetRequestId(), kindOf(req)
+	if r := req.GetAdd(); r != nil {
+		// An add that the fast decoder left to protobuf (an unusual but valid encoding).
+		c.dispatchAdd(&wire.AddRequestFrame{RequestID: id, AddFields: wire.AddFields{
+			LedgerID: r.GetLedgerId(), EntryID: r.GetEntryId(), LastAddConfirmed: r.GetLastAddConfirmed(),
+			Recovery: r.GetRecovery(), Payload: r.GetPayload(),
+		}}, received)
+		return
+	}
 	if !c.admit() {
 		c.respond(kind, received, false, &wire.Response{
 			RequestId:    id,
@@ -185,8 +208,6 @@ func (c *conn) dispatch(req *wire.Request, received time.Time) {
 		return
 	}
 	switch body := req.GetBody().(type) {
-	case *wire.Request_Add:
-		c.add(id, body.Add, received)
 	case *wire.Request_Read:
 		c.runWorker(kind, received, func() *wire.Response { return c.read(id, body.Read) })
 	case *wire.Request_LongPollRead:
@@ -208,14 +229,36 @@ func (c *conn) dispatch(req *wire.Request, received time.Time) {
 	}
 }
 
-// invalidReason returns why a well-formed request cannot be served, or "".
+// dispatchAdd starts an add, on the reader goroutine: the engine receives a connection's
+// adds in arrival order.
+func (c *conn) dispatchAdd(r *wire.AddRequestFrame, received time.Time) {
+	if !c.admit() {
+		c.respond(kindAdd, received, false, &wire.Response{
+			RequestId:    r.RequestID,
+			Status:       wire.Status_TOO_MANY_REQUESTS,
+			ErrorMessage: fmt.Sprintf("more than %d requests in flight on this connection", c.s.cfg.MaxInFlightPerConn),
+		})
+		return
+	}
+	if r.LedgerID < 0 || r.EntryID < 0 || r.LastAddConfirmed < -1 {
+		c.respond(kindAdd, received, true, &wire.Response{RequestId: r.RequestID, Status: wire.Status_BAD_REQUEST,
+			ErrorMessage: fmt.Sprintf("add: invalid ids: ledger %d, entry %d, LAC %d", r.LedgerID, r.EntryID, r.LastAddConfirmed)})
+		return
+	}
+	ac := &addCompletion{c: c, id: r.RequestID, ledgerID: r.LedgerID, entryID: r.EntryID, received: received}
+	c.s.engine.Add(AddRequest{
+		LedgerID:         r.LedgerID,
+		EntryID:          r.EntryID,
+		LastAddConfirmed: r.LastAddConfirmed,
+		Recovery:         r.Recovery,
+		Payload:          r.Payload,
+	}, ac.done)
+}
+
+// invalidReason returns why a well-formed request (other than an add) cannot be served,
+// or "".
 func invalidReason(req *wire.Request) string {
 	switch body := req.GetBody().(type) {
-	case *wire.Request_Add:
-		r := body.Add
-		if r.GetLedgerId() < 0 || r.GetEntryId() < 0 || r.GetLastAddConfirmed() < -1 {
-			return fmt.Sprintf("add: invalid ids: ledger %d, entry %d, LAC %d", r.GetLedgerId(), r.GetEntryId(), r.GetLastAddConfirmed())
-		}
 	case *wire.Request_Read:
 		r := body.Read
 		if r.GetLedgerId() < 0 || r.GetEntryId() < -1 {
@@ -252,16 +295,25 @@ func (c *conn) admit() bool {
 	return true
 }
 
-// respond queues resp for the writer. Every admitted request calls it exactly once (with
-// admitted true), even when the connection is closed and resp is dropped.
+// respond queues resp for the writer. Every admitted request calls it (or respondAddOK)
+// exactly once (with admitted true), even when the connection is closed and resp is dropped.
 func (c *conn) respond(kind requestKind, received time.Time, admitted bool, resp *wire.Response) {
+	c.queueResponse(kind, received, admitted, outgoing{resp: resp}, resp.GetStatus())
+}
+
+// respondAddOK queues the OK answer to an admitted add.
+func (c *conn) respondAddOK(received time.Time, requestID uint64, ledgerID, entryID int64) {
+	c.queueResponse(kindAdd, received, true, outgoing{addOK: true, requestID: requestID, ledgerID: ledgerID, entryID: entryID}, wire.Status_OK)
+}
+
+func (c *conn) queueResponse(kind requestKind, received time.Time, admitted bool, out outgoing, status wire.Status) {
 	c.mu.Lock()
 	if admitted {
 		c.inFlight--
 	}
 	closed := c.closed
 	if !closed {
-		c.queue = append(c.queue, resp)
+		c.queue = append(c.queue, out)
 	}
 	c.mu.Unlock()
 	if admitted {
@@ -270,7 +322,7 @@ func (c *conn) respond(kind requestKind, received time.Time, admitted bool, resp
 	if closed {
 		return
 	}
-	c.s.metrics.countRequest(kind, resp.GetStatus())
+	c.s.metrics.countRequest(kind, status)
 	c.s.metrics.latency[kind].Observe(time.Since(received).Seconds())
 	select {
 	case c.kick <- struct{}{}:
@@ -328,22 +380,15 @@ type addCompletion struct {
 	completed         atomic.Bool
 }
 
-func (c *conn) add(id uint64, r *wire.AddRequest, received time.Time) {
-	ac := &addCompletion{c: c, id: id, ledgerID: r.GetLedgerId(), entryID: r.GetEntryId(), received: received}
-	c.s.engine.Add(AddRequest{
-		LedgerID:         r.GetLedgerId(),
-		EntryID:          r.GetEntryId(),
-		LastAddConfirmed: r.GetLastAddConfirmed(),
-		Recovery:         r.GetRecovery(),
-		Payload:          r.GetPayload(),
-	}, ac.done)
-}
-
 func (ac *addCompletion) done(err error) {
 	if !ac.completed.CompareAndSwap(false, true) {
 		// An engine bug; answering twice would confuse the client's request matching.
 		ac.c.log.Error("engine completed an add twice; ignoring the second completion",
 			"ledger", ac.ledgerID, "entry", ac.entryID, "err", err)
+		return
+	}
+	if err == nil {
+		ac.c.respondAddOK(ac.received, ac.id, ac.ledgerID, ac.entryID)
 		return
 	}
 	ac.c.respond(kindAdd, ac.received, true, ac.c.answer(&wire.Response{
@@ -419,7 +464,7 @@ func (c *conn) batchRead(id uint64, r *wire.BatchReadRequest) *wire.Response {
 // empty, so one flush (one syscall) carries every response that completed meanwhile.
 func (c *conn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, ioBufferBytes)
-	var spare []*wire.Response
+	var spare []outgoing
 	var frame []byte
 	for {
 		c.mu.Lock()
@@ -450,18 +495,25 @@ func (c *conn) writeLoop() {
 		default:
 		}
 		c.setWriteDeadline()
-		for i, resp := range batch {
-			var err error
-			if frame, err = c.encode(frame[:0], resp); err != nil {
-				c.log.Error("cannot encode a response; closing connection", "err", err)
-				c.close()
-				return
+		for i, out := range batch {
+			switch {
+			case out.addOK:
+				frame = wire.AppendAddOKResponseFrame(frame[:0], out.requestID, out.ledgerID, out.entryID)
+			case out.resp == nil:
+				continue // respond(nil) is only used once the connection is closed
+			default:
+				var err error
+				if frame, err = c.encode(frame[:0], out.resp); err != nil {
+					c.log.Error("cannot encode a response; closing connection", "err", err)
+					c.close()
+					return
+				}
 			}
 			if _, err := bw.Write(frame); err != nil {
 				c.writeFailed(err)
 				return
 			}
-			batch[i] = nil
+			batch[i] = outgoing{}
 		}
 		if cap(frame) > retainFrameBytes {
 			frame = nil

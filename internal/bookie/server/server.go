@@ -26,7 +26,8 @@ type AddRequest struct {
 	EntryID          int64
 	LastAddConfirmed int64
 	Recovery         bool
-	// Payload is owned by the engine from the call on: the server never touches it again.
+	// Payload is valid only until Add returns (it may alias the connection's read buffer):
+	// an engine that keeps it copies it first.
 	Payload []byte
 }
 

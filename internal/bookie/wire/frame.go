@@ -91,9 +91,12 @@ func WriteFrame(w io.Writer, m proto.Message) error {
 type FrameReader struct {
 	r             *bufio.Reader
 	maxFrameBytes int
-	// buf is reused between frames. Decoded messages never alias it: protobuf unmarshalling
-	// copies bytes fields.
+	// buf is reused between frames that do not fit in r's buffer (smaller ones are read in
+	// place, from r's buffer). Messages decoded by protobuf never alias either: unmarshalling
+	// copies bytes fields; only the fast paths' AddRequestFrame.Payload does.
 	buf []byte
+	// header holds a length prefix being read (a field, so reading it allocates nothing).
+	header [FrameHeaderBytes]byte
 }
 
 // NewFrameReader returns a reader of frames of at most maxFrameBytes bytes (after the
@@ -114,8 +117,12 @@ func (fr *FrameReader) ReadRequest() (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
+	return fr.unmarshalRequest(body)
+}
+
+func (fr *FrameReader) unmarshalRequest(body []byte) (*Request, error) {
 	req := &Request{}
-	err = proto.Unmarshal(body, req)
+	err := proto.Unmarshal(body, req)
 	fr.release()
 	if err != nil {
 		return nil, fmt.Errorf("%w: request: %w", ErrMalformed, err)
@@ -132,8 +139,12 @@ func (fr *FrameReader) ReadResponse() (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	return fr.unmarshalResponse(body)
+}
+
+func (fr *FrameReader) unmarshalResponse(body []byte) (*Response, error) {
 	resp := &Response{}
-	err = proto.Unmarshal(body, resp)
+	err := proto.Unmarshal(body, resp)
 	fr.release()
 	if err != nil {
 		return nil, fmt.Errorf("%w: response: %w", ErrMalformed, err)
@@ -170,10 +181,11 @@ func ValidateResponse(resp *Response) error {
 	return nil
 }
 
-// readFrame returns the next frame's body, valid until the next call.
+// readFrame returns the next frame's body, valid until the next call (it may alias the
+// buffered reader's buffer).
 func (fr *FrameReader) readFrame() ([]byte, error) {
-	var header [FrameHeaderBytes]byte
-	n, err := io.ReadFull(fr.r, header[:])
+	header := fr.header[:]
+	n, err := io.ReadFull(fr.r, header)
 	if n == 0 && errors.Is(err, io.EOF) {
 		return nil, io.EOF // clean end between frames
 	}
@@ -183,7 +195,7 @@ func (fr *FrameReader) readFrame() ([]byte, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bookie wire: read frame header: %w", err)
 	}
-	length := binary.BigEndian.Uint32(header[:])
+	length := binary.BigEndian.Uint32(header)
 	if length == 0 {
 		return nil, fmt.Errorf("%w: zero-length frame", ErrMalformed)
 	}
@@ -200,8 +212,17 @@ func (fr *FrameReader) readFrame() ([]byte, error) {
 	return body, nil
 }
 
-// readBody reads exactly n bytes. On error it returns the bytes it did read.
+// readBody reads exactly n bytes. On error it returns the bytes it did read. A body that
+// fits in the buffered reader is returned in place, without a copy.
 func (fr *FrameReader) readBody(n int) ([]byte, error) {
+	if n <= fr.r.Size() {
+		body, err := fr.r.Peek(n)
+		if err != nil {
+			return body, err
+		}
+		_, err = fr.r.Discard(n)
+		return body, err
+	}
 	if cap(fr.buf) >= n {
 		fr.buf = fr.buf[:n]
 		read, err := io.ReadFull(fr.r, fr.buf)

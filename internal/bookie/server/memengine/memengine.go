@@ -104,8 +104,9 @@ func (e *Engine) addLocked(req server.AddRequest) error {
 	if l.fenced && !req.Recovery {
 		return fmt.Errorf("add ledger %d entry %d: %w", req.LedgerID, req.EntryID, wire.ErrFenced)
 	}
+	// The server's Payload is only lent for the call.
 	l.entries[req.EntryID] = server.Entry{
-		LedgerID: req.LedgerID, EntryID: req.EntryID, LastAddConfirmed: req.LastAddConfirmed, Payload: req.Payload,
+		LedgerID: req.LedgerID, EntryID: req.EntryID, LastAddConfirmed: req.LastAddConfirmed, Payload: slices.Clone(req.Payload),
 	}
 	return nil
 }
