@@ -9,13 +9,15 @@ import (
 )
 
 // BenchmarkTopicReads measures, in one run on the same bookies:
+//
 //   - tail: a consumer reading each entry right after it was produced — it
 //     should be served from the owner's cache (bookie reads per entry ≈ 0);
+//
 //   - catch-up: a consumer reading the whole backlog from the bookies with a
 //     cold cache, against the baseline of the bare ledger reads of the same
 //     entries (what the topic layer adds on top of the ledger client).
 //
-//	go test ./internal/mlog/mlogclient -run '^$' -bench TopicReads -benchtime 1x
+//     go test ./internal/mlog/mlogclient -run '^$' -bench TopicReads -benchtime 1x
 func BenchmarkTopicReads(b *testing.B) {
 	const entries, size = 20_000, 1024
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
