@@ -83,30 +83,50 @@ func runSimLedger(out io.Writer, o simLedgerOptions, single bool) error {
 	if o.workers < 1 {
 		o.workers = 1
 	}
-	results := runSeeds(first, last, o.workers, sim.LedgerOptions{Mutant: o.mutant})
+	opts := sim.LedgerOptions{Mutant: o.mutant}
+	results := runSeedRange(first, last, o.workers, func(seed int64) seedResult {
+		r := sim.RunLedger(seed, opts)
+		return seedResult{Seed: r.Seed, Scenario: r.Scenario, Violations: r.Violations, Liveness: r.Liveness, Trace: r.Trace}
+	})
+	return reportSeedRange(out, "ledger", o.mutant, results, "every seed finished within the time bound")
+}
 
-	var violating, liveness []sim.LedgerResult
+// seedResult is what a range report needs from any simulation's result.
+type seedResult struct {
+	Seed       int64
+	Scenario   string
+	Violations []string
+	Liveness   string
+	Trace      []string
+}
+
+// reportSeedRange prints one line per violating seed, the trace of the
+// first, the liveness summary and the contract's last line
+// "sim NAME seeds=N violations=V"; it fails when V > 0.
+func reportSeedRange(out io.Writer, name, mutant string, results []seedResult, allLive string) error {
+	var violating, liveness []seedResult
 	kinds := map[string]int{}
 	for _, r := range results {
-		if len(r.Violations) > 0 {
-			violating = append(violating, r)
-			seen := map[string]bool{}
-			for _, v := range r.Violations {
-				kind, _, _ := strings.Cut(v, ":")
-				if !seen[kind] {
-					seen[kind] = true
-					kinds[kind]++
-				}
-			}
-			fmt.Fprintf(out, "seed %d: %s\n", r.Seed, r.Violations[0])
-		}
 		if r.Liveness != "" {
 			liveness = append(liveness, r)
 		}
+		if len(r.Violations) == 0 {
+			continue
+		}
+		violating = append(violating, r)
+		seen := map[string]bool{}
+		for _, v := range r.Violations {
+			kind, _, _ := strings.Cut(v, ":")
+			if !seen[kind] {
+				seen[kind] = true
+				kinds[kind]++
+			}
+		}
+		fmt.Fprintf(out, "seed %d: %s\n", r.Seed, r.Violations[0])
 	}
 	if len(violating) > 0 {
 		r := violating[0]
-		fmt.Fprintf(out, "\ntrace of seed %d (replay: quire sim ledger --seed %d%s)\nscenario: %s\n", r.Seed, r.Seed, mutantFlag(o.mutant), r.Scenario)
+		fmt.Fprintf(out, "\ntrace of seed %d (replay: quire sim %s --seed %d%s)\nscenario: %s\n", r.Seed, name, r.Seed, mutantFlag(mutant), r.Scenario)
 		for _, line := range r.Trace {
 			fmt.Fprintln(out, "  "+line)
 		}
@@ -123,32 +143,32 @@ func runSimLedger(out io.Writer, o simLedgerOptions, single bool) error {
 		fmt.Fprintf(out, "liveness: %d seeds did not finish within the time bound (not counted as violations): %s\n", len(liveness), strings.Join(seeds, ", "))
 		fmt.Fprintf(out, "liveness: seed %d: %s\n", liveness[0].Seed, liveness[0].Liveness)
 	} else {
-		fmt.Fprintln(out, "liveness: every seed finished within the time bound")
+		fmt.Fprintln(out, "liveness: "+allLive)
 	}
-	fmt.Fprintf(out, "sim ledger seeds=%d violations=%d\n", len(results), len(violating))
+	fmt.Fprintf(out, "sim %s seeds=%d violations=%d\n", name, len(results), len(violating))
 	if len(violating) > 0 {
-		return fmt.Errorf("sim ledger: %d of %d seeds: %w", len(violating), len(results), errSafetyViolations)
+		return fmt.Errorf("sim %s: %d of %d seeds: %w", name, len(violating), len(results), errSafetyViolations)
 	}
 	return nil
 }
 
-// runSeeds runs seeds first..last on workers goroutines and returns the
+// runSeedRange runs seeds first..last on workers goroutines and returns the
 // results in seed order. Traces are kept only for the lowest violating seed
 // seen so far, to bound memory on long runs.
-func runSeeds(first, last int64, workers int, opts sim.LedgerOptions) []sim.LedgerResult {
-	results := make([]sim.LedgerResult, last-first+1)
+func runSeedRange(first, last int64, workers int, run func(seed int64) seedResult) []seedResult {
+	results := make([]seedResult, last-first+1)
 	next := make(chan int64)
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		lowest = last + 1 // lowest violating seed so far
 	)
-	for range workers {
+	for range max(workers, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for seed := range next {
-				r := sim.RunLedger(seed, opts)
+				r := run(seed)
 				mu.Lock()
 				if len(r.Violations) > 0 && seed < lowest {
 					if lowest <= last {
@@ -282,53 +302,12 @@ func runSimTopic(out io.Writer, o simLedgerOptions, single bool) error {
 	if err != nil {
 		return err
 	}
-	results := runTopicSeeds(first, last, max(o.workers, 1), sim.TopicOptions{Mutant: o.mutant})
-	var violating, liveness []sim.TopicResult
-	kinds := map[string]int{}
-	for _, r := range results {
-		if r.Liveness != "" {
-			liveness = append(liveness, r)
-		}
-		if len(r.Violations) == 0 {
-			continue
-		}
-		violating = append(violating, r)
-		seen := map[string]bool{}
-		for _, v := range r.Violations {
-			kind, _, _ := strings.Cut(v, ":")
-			if !seen[kind] {
-				seen[kind] = true
-				kinds[kind]++
-			}
-		}
-		fmt.Fprintf(out, "seed %d: %s\n", r.Seed, r.Violations[0])
-	}
-	if len(violating) > 0 {
-		r := violating[0]
-		fmt.Fprintf(out, "\ntrace of seed %d (replay: quire sim topic --seed %d%s)\nscenario: %s\n", r.Seed, r.Seed, mutantFlag(o.mutant), r.Scenario)
-		for _, line := range r.Trace {
-			fmt.Fprintln(out, "  "+line)
-		}
-		for _, v := range r.Violations {
-			fmt.Fprintln(out, "violation: "+v)
-		}
-		fmt.Fprintf(out, "\nseeds with a violation, by checker: %s\n", formatCounts(kinds))
-	}
-	if len(liveness) > 0 {
-		var seeds []string
-		for _, r := range liveness {
-			seeds = append(seeds, strconv.FormatInt(r.Seed, 10))
-		}
-		fmt.Fprintf(out, "liveness: %d seeds did not finish (not counted as violations): %s\n", len(liveness), strings.Join(seeds, ", "))
-		fmt.Fprintf(out, "liveness: seed %d: %s\n", liveness[0].Seed, liveness[0].Liveness)
-	} else {
-		fmt.Fprintln(out, "liveness: every seed produced all its messages and ended with an open owner")
-	}
-	fmt.Fprintf(out, "sim topic seeds=%d violations=%d\n", len(results), len(violating))
-	if len(violating) > 0 {
-		return fmt.Errorf("sim topic: %d of %d seeds: %w", len(violating), len(results), errSafetyViolations)
-	}
-	return nil
+	opts := sim.TopicOptions{Mutant: o.mutant}
+	results := runSeedRange(first, last, o.workers, func(seed int64) seedResult {
+		r := sim.RunTopic(seed, opts)
+		return seedResult{Seed: r.Seed, Scenario: r.Scenario, Violations: r.Violations, Liveness: r.Liveness, Trace: r.Trace}
+	})
+	return reportSeedRange(out, "topic", o.mutant, results, "every seed produced all its messages and ended with an open owner")
 }
 
 // runTopicSeeds is runSeeds for topic runs.
