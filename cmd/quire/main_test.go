@@ -101,8 +101,9 @@ func TestStandaloneHealthAndRestart(t *testing.T) {
 	}
 	dir := t.TempDir()
 	httpAddr, clientAddr, peerAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	bookies := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	args := []string{"standalone", "--data-dir", dir, "--http-addr", httpAddr,
-		"--meta-client-addr", clientAddr, "--meta-peer-addr", peerAddr}
+		"--meta-client-addr", clientAddr, "--meta-peer-addr", peerAddr, "--bookie-addrs", strings.Join(bookies, ",")}
 
 	p := startQuire(t, args...)
 	took := waitHTTP(t, p, "http://"+httpAddr+"/healthz", 5*time.Second)
@@ -120,10 +121,34 @@ func TestStandaloneHealthAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err := store.Create(ctx, "/test/kept", []byte("across restarts"))
+	if res, lerr := store.List(ctx, "/quire/bookies/", meta.ListOptions{}); lerr != nil || len(res.KVs) != 3 {
+		t.Fatalf("standalone registered %d bookies, want 3 (%v)", len(res.KVs), lerr)
+	}
+	if health := get(t, "http://"+httpAddr+"/healthz"); !strings.Contains(health, "bookie-3: ok") {
+		t.Fatalf("/healthz lacks the bookies:\n%s", health)
+	}
 	store.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A ledger written to the standalone bookies must survive the restart.
+	lc, closeLedgers, err := newLedgerClient("http://"+clientAddr, "standalone-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := lc.Create(ctx, 3, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(0); i < 100; i++ {
+		if _, err := w.Append(ctx, ledgerPayload(w.ID(), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closeLedgers()
 
 	// Graceful shutdown on SIGTERM.
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -153,6 +178,24 @@ func TestStandaloneHealthAndRestart(t *testing.T) {
 	kv, err := store.Get(ctx, "/test/kept")
 	if err != nil || string(kv.Value) != "across restarts" || kv.Version != v {
 		t.Fatalf("after restart: %+v %v", kv, err)
+	}
+	lc, closeLedgers, err = newLedgerClient("http://"+clientAddr, "standalone-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLedgers()
+	md, _, err := lc.ReadMetadata(ctx, w.ID())
+	if err != nil || md.LastEntryID != 99 {
+		t.Fatalf("ledger after restart: %+v %v", md, err)
+	}
+	entries, err := lc.Read(ctx, md, 0, 99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range entries {
+		if !bytes.Equal(e, ledgerPayload(md.ID, int64(i))) {
+			t.Fatalf("entry %d changed across the restart", i)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "meta")); err != nil {
 		t.Fatal(err)

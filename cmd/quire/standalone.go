@@ -14,7 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"quire/internal/admin"
+	"quire/internal/bookie/node"
 	"quire/internal/meta"
 )
 
@@ -22,21 +25,23 @@ import (
 const clusterKey = "/quire/cluster"
 
 type standaloneOptions struct {
-	dataDir  string
-	httpAddr string
-	meta     metaOptions
+	dataDir     string
+	httpAddr    string
+	bookieAddrs []string
+	meta        metaOptions
 }
 
 func newStandaloneCommand() *cobra.Command {
 	var o standaloneOptions
 	cmd := &cobra.Command{
 		Use:   "standalone",
-		Short: "Run everything in one process: embedded etcd and the HTTP server (bookies and a broker as they are built)",
+		Short: "Run everything in one process: embedded etcd, three bookies and the HTTP server (a broker as it is built)",
 		Long: `Run a single-process Quire with embedded defaults, keeping all data under --data-dir.
 A restart on the same data dir keeps its data. Stops gracefully on SIGINT or SIGTERM.
 
-Today it runs: the embedded metadata store (etcd) and the HTTP server with
-/healthz, /readyz and /metrics. Bookies and a broker join it in later releases.`,
+Today it runs: the embedded metadata store (etcd), three bookies (one per
+--bookie-addrs entry) and the HTTP server with /healthz, /readyz and /metrics.
+A broker joins it in a later release.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -47,6 +52,7 @@ Today it runs: the embedded metadata store (etcd) and the HTTP server with
 	f := cmd.Flags()
 	f.StringVar(&o.dataDir, "data-dir", "./quire-data", "data directory for every component")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
+	f.StringSliceVar(&o.bookieAddrs, "bookie-addrs", []string{"127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"}, "listen addresses of the bookies to run, one bookie each (data in DATA-DIR/bookie-N)")
 	addMetaMemberFlags(cmd, &o.meta, "meta-")
 	return cmd
 }
@@ -79,6 +85,17 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	id, err := ensureCluster(ctx, store)
 	if err != nil {
 		return err
+	}
+	for i, addr := range o.bookieAddrs {
+		n, err := node.Start(ctx, node.Config{
+			ID: fmt.Sprintf("bookie-%d", i+1), DataDir: filepath.Join(o.dataDir, fmt.Sprintf("bookie-%d", i+1)), ListenAddr: addr,
+			Store: store, Registerer: prometheus.DefaultRegisterer, Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		defer n.Close()
+		health.Register(n.ID(), n.Healthy)
 	}
 
 	httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
