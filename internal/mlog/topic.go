@@ -41,6 +41,9 @@ type Topic struct {
 
 	cursorNames   []string // as persisted in the topic record
 	recordVersion meta.Version
+	// epoch: the record version loaded at takeover, written into every
+	// cursor pointer (see CursorPointer.Epoch).
+	epoch meta.Version
 	// recordBusy: a topic-record CAS is in flight. Invariant: at most one,
 	// so each CAS is built from the outcome of the previous one.
 	recordBusy bool
@@ -63,6 +66,12 @@ type Topic struct {
 	closing  closeState
 
 	cursors map[string]*cursorState
+	// loading: cursors whose snapshot is being read from their cursor
+	// ledger during Open.
+	loading map[string]*cursorState
+	// deadCursorLedgers: cursor ledgers of deleted cursors, deleted once
+	// their cursor record (the pointer naming them) is gone.
+	deadCursorLedgers map[string][]int64
 	// deleteAfterRecord: records of deleted cursors, deleted only after the
 	// topic record stops naming them (else a takeover in between would
 	// bring the subscription back at the start of the topic).
@@ -120,6 +129,18 @@ type cursorState struct {
 	lastPersist time.Time
 	persisted   int // ranges in the last successful snapshot
 	mdMovedAt   time.Time
+
+	// ledger is the cursor ledger this owner appends snapshots to (0: none
+	// yet, or the last one failed); snapshots counts its entries. pointed
+	// is the cursor ledger the cursor record names as far as we know: the
+	// previous owner's until our first pointer write, deleted once the
+	// pointer moved off it.
+	ledger    int64
+	snapshots int
+	pointed   int64
+	// pointer and loadTries: the record read while loading.
+	pointer   CursorPointer
+	loadTries int
 }
 
 // Open starts taking the topic over: read its record and cursors, recover
@@ -238,10 +259,17 @@ func (t *Topic) StepLedger(res LedgerResult, now time.Time) {
 	}
 	delete(t.ledgerOps, res.ID)
 	if isFenced(res.Err) && p.kind != LedgerDelete {
+		if t.phase == phaseFailed {
+			return
+		}
 		t.fail(fmt.Errorf("ledger %d: %w", p.ledger, ErrFenced))
-		if p.kind == LedgerAppend {
+		if p.kind == LedgerAppend && p.cursor == "" {
 			t.ackErr(p.token, t.err)
 		}
+		return
+	}
+	if p.cursor != "" {
+		t.stepCursorLedger(p, res)
 		return
 	}
 	switch p.kind {
@@ -405,6 +433,13 @@ func (t *Topic) StepMeta(res MetaResult, now time.Time) {
 		t.onTopicLoaded(res)
 	case metaLoadCursor:
 		t.onCursorLoaded(p.cursor, res)
+	case metaCursorClaim:
+		t.onCursorClaimed(p.cursor, res)
+	case metaCursorDelete:
+		if res.Err == nil {
+			t.deleteCursorLedgers(p.cursor, t.deadCursorLedgers[p.cursor]...)
+		}
+		delete(t.deadCursorLedgers, p.cursor)
 	case metaRecordOpen:
 		if res.Err != nil {
 			t.fail(fmt.Errorf("open topic %s: register ledger %d: %w", t.cfg.Name, t.openLedger, res.Err))
@@ -412,8 +447,9 @@ func (t *Topic) StepMeta(res MetaResult, now time.Time) {
 		}
 		t.current = t.openLedger
 		t.phase = phaseOpen
-		// Claim the cursor records: rewriting them bumps their versions, so
-		// a fenced previous owner's next cursor write fails its CAS.
+		// Persist every cursor at once, to a cursor ledger of our own (the
+		// previous owner's, recovered while loading, is deleted once the
+		// pointer names ours).
 		for _, cs := range t.cursors {
 			cs.dirty, cs.lastPersist = true, time.Time{}
 		}
@@ -424,7 +460,7 @@ func (t *Topic) StepMeta(res MetaResult, now time.Time) {
 	case metaRecordCheck:
 		t.onRecordChecked(p, res)
 	case metaCursorPersist:
-		t.onCursorPersisted(p.cursor, p.persisted, res)
+		t.onCursorPersisted(p, res)
 	case metaCheckOwner:
 		t.onOwnerChecked(p.cursor, res)
 	case metaCursorVersion:
@@ -449,7 +485,7 @@ func (t *Topic) onTopicLoaded(res MetaResult) {
 			t.fail(fmt.Errorf("open topic %s: %w", t.cfg.Name, err))
 			return
 		}
-		t.recordVersion = res.Version
+		t.recordVersion, t.epoch = res.Version, res.Version
 		t.list.infos = rec.Ledgers
 		t.cursorNames = rec.Cursors
 	}
@@ -466,6 +502,8 @@ func (t *Topic) onCursorLoaded(name string, res MetaResult) {
 	opts := t.cursorOptions()
 	cs := &cursorState{mdMovedAt: t.now}
 	switch {
+	case t.phase != phaseLoading:
+		return
 	case errors.Is(res.Err, meta.ErrNotFound):
 		// Registered in the record but never persisted (the previous owner
 		// died in between): start from the beginning, which redelivers
@@ -480,6 +518,20 @@ func (t *Topic) onCursorLoaded(name string, res MetaResult) {
 		t.fail(fmt.Errorf("open topic %s: read cursor %s: %w", t.cfg.Name, name, res.Err))
 		return
 	default:
+		if ptr, ok := DecodeCursorPointer(res.Value); ok {
+			// The snapshot is the last entry of the cursor ledger named.
+			if prev := t.loading[name]; prev != nil {
+				cs = prev
+			}
+			cs.pointer, cs.version, cs.pointed = ptr, res.Version, ptr.Ledger
+			t.loading[name] = cs
+			claim := ptr
+			claim.Epoch = int64(t.epoch)
+			t.sendMeta(pendingMeta{purpose: metaCursorClaim, cursor: name},
+				MetaOp{Kind: MetaPut, Key: CursorKey(t.cfg.Name, name), Value: claim.marshal(), Version: res.Version})
+			return
+		}
+		// An older record holding the snapshot itself.
 		c, err := Restore(res.Value, opts)
 		if err != nil {
 			t.fail(fmt.Errorf("open topic %s: cursor %s: %w", t.cfg.Name, name, err))
@@ -488,6 +540,12 @@ func (t *Topic) onCursorLoaded(name string, res MetaResult) {
 		cs.c, cs.version = c, res.Version
 		cs.persisted = c.Holes()
 	}
+	t.cursorLoaded(name, cs)
+}
+
+// cursorLoaded finishes loading one cursor.
+func (t *Topic) cursorLoaded(name string, cs *cursorState) {
+	delete(t.loading, name)
 	cs.lastPersist = t.now
 	t.cursors[name] = cs
 	t.loadWaiting--

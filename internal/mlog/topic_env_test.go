@@ -2,6 +2,7 @@ package mlog
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,33 @@ type fakeEnv struct {
 	ledgerOps     []LedgerOp
 	// checkDelete, when set, sees every ledger delete before it happens.
 	checkDelete func(o *owner, ledger int64)
+	// cursorLedgers: ledgers a cursor pointer named (cursor ledgers, as
+	// opposed to the topic's).
+	cursorLedgers map[int64]bool
+}
+
+// noteCursorPointer remembers the cursor ledger a cursor record names.
+func (e *fakeEnv) noteCursorPointer(key string, value []byte) {
+	if !strings.Contains(key, "/cursors/") {
+		return
+	}
+	if ptr, ok := DecodeCursorPointer(value); ok {
+		if e.cursorLedgers == nil {
+			e.cursorLedgers = map[int64]bool{}
+		}
+		e.cursorLedgers[ptr.Ledger] = true
+	}
+}
+
+// topicLedgerCount counts the stored ledgers that are not cursor ledgers.
+func (e *fakeEnv) topicLedgerCount() int {
+	n := 0
+	for id := range e.ledgers {
+		if !e.cursorLedgers[id] {
+			n++
+		}
+	}
+	return n
 }
 
 type fakeKV struct {
@@ -151,6 +179,7 @@ func (e *fakeEnv) doMeta(op MetaOp) MetaResult {
 			return res
 		}
 		e.store[op.Key] = fakeKV{op.Value, 1}
+		e.noteCursorPointer(op.Key, op.Value)
 		res.Version = 1
 	case MetaPut:
 		if !exists {
@@ -162,6 +191,7 @@ func (e *fakeEnv) doMeta(op MetaOp) MetaResult {
 			return res
 		}
 		e.store[op.Key] = fakeKV{op.Value, kv.version + 1}
+		e.noteCursorPointer(op.Key, op.Value)
 		res.Version = kv.version + 1
 	case MetaDelete:
 		if !exists || kv.version != op.Version {
@@ -205,6 +235,12 @@ func (e *fakeEnv) doLedger(op LedgerOp) LedgerResult {
 		res.Entries, res.Size = l.stats()
 	case LedgerDelete:
 		delete(e.ledgers, op.Ledger)
+	case LedgerRead:
+		if op.Entry < 0 || op.Entry >= int64(len(l.entries)) {
+			res.Err = fmt.Errorf("ledger %d: no entry %d", op.Ledger, op.Entry)
+			return res
+		}
+		res.Payload = l.entries[op.Entry]
 	}
 	return res
 }

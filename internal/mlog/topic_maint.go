@@ -174,8 +174,18 @@ func (t *Topic) DeleteCursor(name string, now time.Time) error {
 	}
 	delete(t.cursors, name)
 	t.cursorNames = slices.DeleteFunc(slices.Clone(t.cursorNames), func(n string) bool { return n == name })
+	ledgers := []int64{cs.ledger}
+	if cs.pointed != cs.ledger {
+		ledgers = append(ledgers, cs.pointed)
+	}
 	if cs.version != 0 {
 		t.deleteAfterRecord[name] = cs.version
+		if t.deadCursorLedgers == nil {
+			t.deadCursorLedgers = map[string][]int64{}
+		}
+		t.deadCursorLedgers[name] = ledgers
+	} else {
+		t.deleteCursorLedgers(name, ledgers...)
 	}
 	t.recordDirty = true
 	return nil
@@ -232,17 +242,12 @@ func (t *Topic) persistCursors(force bool) {
 		if cs == nil || !cs.dirty || cs.persisting || (!force && t.now.Sub(cs.lastPersist) < t.cfg.CursorPersistInterval) {
 			continue
 		}
-		data, info := cs.c.Snapshot(cs.c.MaxRangesToPersist())
-		op := MetaOp{Kind: MetaPut, Key: CursorKey(t.cfg.Name, name), Value: data, Version: cs.version}
-		if cs.version == 0 {
-			op.Kind = MetaCreate
-		}
-		cs.dirty, cs.persisting = false, true
-		t.sendMeta(pendingMeta{purpose: metaCursorPersist, cursor: name, persisted: info.Persisted}, op)
+		t.persistCursor(name, cs)
 	}
 }
 
-func (t *Topic) onCursorPersisted(name string, persisted int, res MetaResult) {
+func (t *Topic) onCursorPersisted(p pendingMeta, res MetaResult) {
+	name, persisted, cledger := p.cursor, p.persisted, p.cledger
 	cs := t.cursors[name]
 	if cs == nil {
 		return
@@ -250,11 +255,11 @@ func (t *Topic) onCursorPersisted(name string, persisted int, res MetaResult) {
 	cs.persisting = false
 	cs.lastPersist = t.now
 	if isLostRace(res.Err) {
-		// Someone else wrote the cursor: a new owner (then we are fenced)
-		// or, when we just took over, the fenced previous owner. The topic
-		// record decides which.
+		// Someone else wrote the cursor record — a new owner (then we are
+		// fenced) — or an earlier write of ours applied with its answer
+		// lost. The pointer's epoch decides which.
 		cs.dirty = true
-		t.sendMeta(pendingMeta{purpose: metaCheckOwner, cursor: name}, MetaOp{Kind: MetaGet, Key: TopicKey(t.cfg.Name)})
+		t.sendMeta(pendingMeta{purpose: metaCheckOwner, cursor: name}, MetaOp{Kind: MetaGet, Key: CursorKey(t.cfg.Name, name)})
 		return
 	}
 	if res.Err != nil {
@@ -263,21 +268,36 @@ func (t *Topic) onCursorPersisted(name string, persisted int, res MetaResult) {
 	}
 	cs.version = res.Version
 	cs.persisted = persisted
+	if cledger != cs.pointed {
+		// The pointer moved to a new cursor ledger: the old one (ours
+		// after a roll, or the previous owner's) is no longer needed.
+		if old := cs.pointed; old != 0 && old != cs.ledger {
+			t.sendLedger(pendingLedger{cursor: name}, LedgerOp{Kind: LedgerDelete, Ledger: old})
+		}
+		cs.pointed = cledger
+	}
+	if p.claim != nil && cs.ledger == cledger {
+		// The pointer names the new cursor ledger: append the snapshot.
+		cs.persisting = true
+		t.sendCursorAppend(cs, *p.claim)
+	}
 }
 
-// onOwnerChecked settles a cursor CAS conflict: if the topic record is
-// still the one we wrote, the other writer was the fenced previous owner and
-// we take the cursor record's version (its acknowledgements since our load
-// are redelivered, never lost); otherwise we lost the topic.
+// onOwnerChecked settles a cursor CAS conflict (or a failed cursor ledger
+// append) from the cursor record: a pointer of our epoch is our own write
+// whose answer was lost, and we take its version (the snapshot it names is
+// one we wrote, so nothing is lost); anything else was written by another
+// owner, which recovered our cursor ledger first: we lost the topic.
 func (t *Topic) onOwnerChecked(name string, res MetaResult) {
-	switch {
-	case res.Err != nil || t.recordBusy:
+	cs := t.cursors[name]
+	if res.Err != nil || cs == nil {
 		return // cursor stays dirty: the next persist tries again
-	case res.Version != t.recordVersion:
-		t.fail(fmt.Errorf("topic %s: cursor %s written by another owner: %w", t.cfg.Name, name, ErrFenced))
-	default:
-		t.sendMeta(pendingMeta{purpose: metaCursorVersion, cursor: name}, MetaOp{Kind: MetaGet, Key: CursorKey(t.cfg.Name, name)})
 	}
+	if ptr, ok := DecodeCursorPointer(res.Value); !ok || ptr.Epoch != int64(t.epoch) {
+		t.fail(fmt.Errorf("topic %s: cursor %s written by another owner: %w", t.cfg.Name, name, ErrFenced))
+		return
+	}
+	cs.version, cs.lastPersist = res.Version, time.Time{} // rewrite at once
 }
 
 // --- backlog quota and TTL ---

@@ -46,7 +46,7 @@ func runRandomTopic(t *testing.T, seed uint64, earlyTrim bool) (violation string
 	deleted := map[int64]bool{}
 	e.checkDelete = func(o *owner, id int64) {
 		l := e.ledgers[id]
-		if l == nil || len(l.entries) == 0 || violation != "" {
+		if l == nil || len(l.entries) == 0 || violation != "" || e.cursorLedgers[id] {
 			return
 		}
 		if slices.Contains(ledgerIDs(e.record("t").Ledgers), id) {

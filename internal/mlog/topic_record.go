@@ -14,10 +14,12 @@ const TopicKeyPrefix = "/quire/topics/"
 // TopicKey is the metadata key of a topic's record (its ledger list).
 func TopicKey(topic string) string { return TopicKeyPrefix + topic }
 
-// CursorKey is the metadata key of one cursor's snapshot. Cursor records sit
-// beside the topic record, not inside it, so that persisting a busy cursor
-// never rewrites the ledger list and a 60 KB snapshot of 10,000 ranges costs
-// only that cursor's key.
+// CursorKey is the metadata key of one cursor's record: a small
+// CursorPointer naming the cursor ledger entry that holds its newest
+// snapshot (a 60 KB snapshot of 10,000 ranges goes to the cursor ledger,
+// never to the metadata store). Cursor records sit beside the topic record,
+// not inside it, so that persisting a busy cursor never rewrites the ledger
+// list.
 func CursorKey(topic, cursor string) string {
 	return TopicKeyPrefix + topic + "/cursors/" + cursor
 }
@@ -28,7 +30,7 @@ type TopicRecord struct {
 	// Ledgers is the ledger list, oldest first; the last one is the one the
 	// owner writes (open), all others are closed.
 	Ledgers []LedgerInfo `json:"ledgers"`
-	// Cursors names the topic's cursors; each one's snapshot is at CursorKey.
+	// Cursors names the topic's cursors; each one's pointer is at CursorKey.
 	Cursors []string `json:"cursors,omitempty"`
 	// Owner names the broker that wrote the record last (diagnostics).
 	Owner string `json:"owner,omitempty"`

@@ -49,6 +49,9 @@ type TopicConfig struct {
 	CursorPersistInterval time.Duration
 	// MaxRangesToPersist: ack ranges per cursor snapshot (default 10,000).
 	MaxRangesToPersist int
+	// CursorLedgerMaxSnapshots: snapshots appended to one cursor ledger
+	// before the cursor rolls to a new one (default 1,000).
+	CursorLedgerMaxSnapshots int
 	// RetryInterval spaces retries of a failed rollover; default 5s.
 	RetryInterval time.Duration
 	// TimeIndexInterval: one publish-time sample per ledger per interval
@@ -78,6 +81,9 @@ func NewTopic(cfg TopicConfig) *Topic {
 	if cfg.MaxRangesToPersist <= 0 {
 		cfg.MaxRangesToPersist = DefaultMaxUnackedRangesToPersist
 	}
+	if cfg.CursorLedgerMaxSnapshots <= 0 {
+		cfg.CursorLedgerMaxSnapshots = 1000
+	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 5 * time.Second
 	}
@@ -90,6 +96,7 @@ func NewTopic(cfg TopicConfig) *Topic {
 		metaOps:   map[OpID]pendingMeta{},
 		times:     map[int64]*timeIndex{},
 		cursors:   map[string]*cursorState{},
+		loading:   map[string]*cursorState{},
 
 		deleteAfterRecord: map[string]meta.Version{},
 	}
@@ -114,9 +121,12 @@ const (
 	LedgerRecover
 	// LedgerDelete: delete Ledger from the bookies and its metadata.
 	LedgerDelete
+	// LedgerRead: read entry Entry of (closed) Ledger; the result carries
+	// its Payload.
+	LedgerRead
 )
 
-var ledgerOpNames = [...]string{"?", "create", "append", "close", "recover", "delete"}
+var ledgerOpNames = [...]string{"?", "create", "append", "close", "recover", "delete", "read"}
 
 func (k LedgerOpKind) String() string { return ledgerOpNames[k] }
 
@@ -126,6 +136,7 @@ type LedgerOp struct {
 	Kind    LedgerOpKind
 	Ledger  int64
 	Payload []byte
+	Entry   int64 // LedgerRead
 }
 
 // LedgerResult answers a LedgerOp.
@@ -136,7 +147,8 @@ type LedgerResult struct {
 	// Entries and Size: the closed ledger's (LedgerRecover, LedgerClose).
 	Entries int64
 	Size    int64
-	Err     error // ledger.ErrFenced (or ErrFenced) when fenced
+	Payload []byte // LedgerRead
+	Err     error  // ledger.ErrFenced (or ErrFenced) when fenced
 }
 
 // MetaOpKind says what a MetaOp asks for.
@@ -225,6 +237,10 @@ const (
 	metaCheckOwner
 	metaCursorVersion
 	metaCursorDelete
+	// metaCursorClaim: while loading, rewrite the cursor pointer before
+	// recovering the cursor ledger it names, so that a previous owner
+	// can no longer point the cursor at a ledger we would not fence.
+	metaCursorClaim
 	// metaRecordCheck reads the record after a CAS whose outcome is unknown
 	// (an error that is not a version conflict: it may have applied).
 	metaRecordCheck
@@ -235,15 +251,19 @@ const (
 	metaRecordSync
 )
 
-var metaPurposeNames = [...]string{"load topic", "load cursor", "persist cursor", "check owner", "cursor version", "delete cursor", "check record", "register ledger", "roll over", "trim", "sync record"}
+var metaPurposeNames = [...]string{"load topic", "load cursor", "persist cursor", "check owner", "cursor version", "delete cursor", "claim cursor", "check record", "register ledger", "roll over", "trim", "sync record"}
 
 func (p metaPurpose) String() string { return metaPurposeNames[p] }
 
 type pendingMeta struct {
 	purpose   metaPurpose
 	cursor    string
-	persisted int     // metaCursorPersist: ranges in the snapshot
-	ledgers   []int64 // metaRecordTrim: ledgers removed
+	persisted int   // metaCursorPersist: ranges in the snapshot
+	cledger   int64 // metaCursorPersist: the cursor ledger the pointer names
+	// claim: a pointer write naming a new cursor ledger before its first
+	// append, which follows once it succeeded.
+	claim   *pendingLedger
+	ledgers []int64 // metaRecordTrim: ledgers removed
 	// deletes are cursor records to delete once this record write (which
 	// no longer names them) succeeds.
 	deletes  map[string]meta.Version
@@ -260,6 +280,14 @@ type pendingLedger struct {
 	ledger int64
 	token  uint64
 	size   int64
+	// cursor names the cursor whose ledger this op is on ("" for the
+	// topic's ledgers); snapshot, persisted and md describe the snapshot a
+	// cursor create or append carries; entry is a cursor read's entry.
+	cursor    string
+	snapshot  []byte
+	persisted int
+	md        Position
+	entry     int64
 }
 
 // Stats is the topic's state for metrics.

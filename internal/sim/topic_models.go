@@ -28,6 +28,9 @@ type topicOwner struct {
 	// loaded: the cursor records this instance read while opening (nil
 	// value: not found), for checker 2.
 	loaded map[string][]byte
+	// cursorLedgers: the cursor ledgers named by the cursor pointers this
+	// instance read while opening, by ledger id.
+	cursorLedgers map[int64]string
 }
 
 // input runs fn on the owner (or queues it while paused) and carries out
@@ -259,6 +262,19 @@ func (m *ledgerModel) apply(o *topicOwner, op mlog.LedgerOp, reply func(mlog.Led
 		s.e.tracef("ledgers", "DELETE L%d for %s (%d entries)", l.id, o.name, len(l.entries))
 		s.checkDelete(o, l)
 		l.gone = true
+	case mlog.LedgerRead:
+		if op.Entry < 0 || op.Entry >= int64(len(l.entries)) {
+			res.Err = fmt.Errorf("sim: L%d has no entry %d", l.id, op.Entry)
+			break
+		}
+		res.Payload = l.entries[op.Entry].payload
+		if cursor, ok := o.cursorLedgers[l.id]; ok {
+			if o.loaded == nil {
+				o.loaded = map[string][]byte{}
+			}
+			o.loaded[cursor] = res.Payload
+		}
+		s.e.tracef("ledgers", "read L%d:%d for %s", l.id, op.Entry, o.name)
 	}
 	reply(res)
 }
@@ -395,7 +411,13 @@ func (m *topicMeta) apply(o *topicOwner, op mlog.MetaOp) mlog.MetaResult {
 			if o.loaded == nil {
 				o.loaded = map[string][]byte{}
 			}
-			if _, seen := o.loaded[cursor]; !seen {
+			if ptr, isPtr := mlog.DecodeCursorPointer(kv.Value); isPtr {
+				// The snapshot loaded is the cursor ledger entry read next.
+				if o.cursorLedgers == nil {
+					o.cursorLedgers = map[int64]string{}
+				}
+				o.cursorLedgers[ptr.Ledger] = cursor
+			} else if _, seen := o.loaded[cursor]; !seen {
 				o.loaded[cursor] = kv.Value
 			}
 		}
@@ -419,7 +441,17 @@ func (m *topicMeta) apply(o *topicOwner, op mlog.MetaOp) mlog.MetaResult {
 	} else {
 		s.e.tracef("meta", "%s: ok v%d", desc, res.Version)
 		if cursor, ok := cursorOfKey(op.Key); ok && op.Kind != mlog.MetaGet && op.Kind != mlog.MetaDelete {
-			s.onCursorWritten(o, cursor, op.Value)
+			data := op.Value
+			if ptr, isPtr := mlog.DecodeCursorPointer(op.Value); isPtr {
+				// Check the snapshot the pointer names.
+				data = nil
+				if l := s.ledgers.byID[ptr.Ledger]; l != nil && ptr.Entry >= 0 && ptr.Entry < int64(len(l.entries)) {
+					data = l.entries[ptr.Entry].payload
+				}
+			}
+			if data != nil || !isPointer(op.Value) {
+				s.onCursorWritten(o, cursor, data)
+			}
 		}
 	}
 	if op.Kind != mlog.MetaGet && s.e.chance(s.sc.ambiguousProb) {
@@ -460,6 +492,13 @@ func (m *topicMeta) cursorsPersisted(names []string) bool {
 		}
 	}
 	return true
+}
+
+// isPointer reports whether a cursor record is a pointer naming a cursor
+// ledger entry (a pointer with no entry yet names a fresh ledger).
+func isPointer(b []byte) bool {
+	ptr, ok := mlog.DecodeCursorPointer(b)
+	return ok && ptr.Entry < 0
 }
 
 func cursorOfKey(key string) (string, bool) {

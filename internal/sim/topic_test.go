@@ -32,7 +32,7 @@ func TestSimTopicDeterministic(t *testing.T) {
 // TestSimTopicNoViolations runs the real core over a range of seeds: no safety
 // violation, and the scenario generator reaches what the checkers are about.
 func TestSimTopicNoViolations(t *testing.T) {
-	const seeds = 150
+	const seeds = 200
 	reached := map[string]int{}
 	for seed := int64(1); seed <= seeds; seed++ {
 		r := RunTopic(seed, TopicOptions{})

@@ -316,6 +316,25 @@ func (t *Topic) runLedger(op mlog.LedgerOp) {
 			md, err := lc.Recover(ctx, op.Ledger)
 			deliver(mlog.LedgerResult{Entries: md.LastEntryID + 1, Size: md.Length, Err: err})
 		}()
+	case mlog.LedgerRead:
+		go func() {
+			ctx, cancel := context.WithTimeout(t.ctx, t.cfg.OpTimeout)
+			defer cancel()
+			md, _, err := lc.ReadMetadata(ctx, op.Ledger)
+			if err != nil {
+				deliver(mlog.LedgerResult{Err: err})
+				return
+			}
+			payloads, err := lc.Read(ctx, md, op.Entry, op.Entry)
+			if err == nil && len(payloads) != 1 {
+				err = fmt.Errorf("ledger %d: read entry %d: got %d entries", op.Ledger, op.Entry, len(payloads))
+			}
+			if err != nil {
+				deliver(mlog.LedgerResult{Err: err})
+				return
+			}
+			deliver(mlog.LedgerResult{Payload: payloads[0]})
+		}()
 	case mlog.LedgerDelete:
 		w := t.writers[op.Ledger] // a ledger we created and never used
 		delete(t.writers, op.Ledger)
