@@ -310,43 +310,7 @@ func runSimTopic(out io.Writer, o simLedgerOptions, single bool) error {
 	return reportSeedRange(out, "topic", o.mutant, results, "every seed produced all its messages and ended with an open owner")
 }
 
-// runTopicSeeds is runSeeds for topic runs.
-func runTopicSeeds(first, last int64, workers int, opts sim.TopicOptions) []sim.TopicResult {
-	results := make([]sim.TopicResult, last-first+1)
-	next := make(chan int64)
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		lowest = last + 1
-	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for seed := range next {
-				r := sim.RunTopic(seed, opts)
-				mu.Lock()
-				if len(r.Violations) > 0 && seed < lowest {
-					if lowest <= last {
-						results[lowest-first].Trace = nil
-					}
-					lowest = seed
-				} else {
-					r.Trace = nil
-				}
-				results[seed-first] = r
-				mu.Unlock()
-			}
-		}()
-	}
-	for seed := first; seed <= last; seed++ {
-		next <- seed
-	}
-	close(next)
-	wg.Wait()
-	return results
-}
-
+// replayTopicSeed runs one topic seed and prints everything about it.
 func replayTopicSeed(out io.Writer, o simLedgerOptions) error {
 	r := sim.RunTopic(o.seed, sim.TopicOptions{Mutant: o.mutant, Verbose: true})
 	if r.Err != nil {
