@@ -58,12 +58,17 @@ Mutants (deliberately broken protocols the checkers must catch): ` + strings.Joi
 			return runSimLedger(cmd.OutOrStdout(), o, cmd.Flags().Changed("seed"))
 		},
 	}
+	o.register(cmd, sim.Mutants)
+	return cmd
+}
+
+// register adds the flags every simulation shares.
+func (o *simLedgerOptions) register(cmd *cobra.Command, mutants []string) {
 	f := cmd.Flags()
 	f.StringVar(&o.seeds, "seeds", "1-100", "range of seeds to run, A-B (or one seed A)")
 	f.Int64Var(&o.seed, "seed", 0, "replay one seed exactly and print its whole trace")
-	f.StringVar(&o.mutant, "mutant", "", "run a deliberately broken protocol: "+strings.Join(sim.Mutants, ", "))
+	f.StringVar(&o.mutant, "mutant", "", "run a deliberately broken protocol: "+strings.Join(mutants, ", "))
 	f.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "seeds run in parallel (each seed is deterministic on its own)")
-	return cmd
 }
 
 // errSafetyViolations makes the command exit non-zero after its report.
@@ -283,11 +288,7 @@ Mutants: ` + strings.Join(sim.TopicMutants, ", ") + `.`,
 			return runSimTopic(cmd.OutOrStdout(), o, cmd.Flags().Changed("seed"))
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.seeds, "seeds", "1-100", "range of seeds to run, A-B (or one seed A)")
-	f.Int64Var(&o.seed, "seed", 0, "replay one seed exactly and print its whole trace")
-	f.StringVar(&o.mutant, "mutant", "", "run a deliberately broken core: "+strings.Join(sim.TopicMutants, ", "))
-	f.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "seeds run in parallel (each seed is deterministic on its own)")
+	o.register(cmd, sim.TopicMutants)
 	return cmd
 }
 
