@@ -1,0 +1,169 @@
+package kafka
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// This file is the contract between the Kafka front end (this package: bytes,
+// versions, dispatch) and what serves the requests (the broker: ownership,
+// topics, partitions, producer ids, groups). Errors a Backend returns are
+// franz-go kerr values (*kerr.Error), e.g. kerr.NotLeaderForPartition,
+// kerr.UnknownTopicOrPartition; the front end puts their codes on the wire.
+// Any other error maps to kerr.UnknownServerError (and is logged).
+
+// Broker describes one broker as Kafka metadata shows it.
+type Broker struct {
+	ID   int32
+	Host string
+	Port int32
+	Rack *string
+}
+
+// PartitionInfo is one partition in Metadata. Leader is -1 when no broker
+// owns it right now (clients retry). In ledger mode Replicas and ISR are just
+// the leader: durability comes from the bookies, not broker replicas.
+type PartitionInfo struct {
+	Partition   int32
+	Leader      int32
+	LeaderEpoch int32
+	Replicas    []int32
+	ISR         []int32
+}
+
+// TopicInfo is one topic in Metadata.
+type TopicInfo struct {
+	Name       string
+	ID         [16]byte
+	Internal   bool
+	Partitions []PartitionInfo
+}
+
+// ConfigEntry is one config of a topic or broker for DescribeConfigs.
+type ConfigEntry struct {
+	Name      string
+	Value     *string
+	ReadOnly  bool
+	Default   bool // the value is the default (not set on the topic)
+	Sensitive bool
+	// Source is a kmsg.ConfigSource (DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG, …).
+	Source kmsg.ConfigSource
+	Type   kmsg.ConfigType
+	Doc    *string
+}
+
+// ConfigOp is one IncrementalAlterConfigs operation on a topic config.
+type ConfigOp struct {
+	Name  string
+	Op    kmsg.IncrementalAlterConfigOp // SET, DELETE, APPEND, SUBTRACT
+	Value *string
+}
+
+// AppendResult answers one produced batch.
+type AppendResult struct {
+	BaseOffset     int64
+	LogAppendTime  int64 // -1: CreateTime topics
+	LogStartOffset int64
+	Err            error // a *kerr.Error, or nil
+}
+
+// ReadResult answers one fetch of one partition.
+type ReadResult struct {
+	// Records holds whole record batches (v2) exactly as stored, the first
+	// one containing the fetched offset, at most maxBytes unless the first
+	// batch alone is larger (Kafka returns it anyway so consumers progress).
+	Records          []byte
+	HighWatermark    int64
+	LastStableOffset int64 // == HighWatermark: no transactions
+	LogStartOffset   int64
+}
+
+// Partition is one partition this broker owns and serves.
+type Partition interface {
+	// Append submits one record batch (v2, as the producer sent it). Appends
+	// submitted one after another (from one goroutine) are written in that
+	// order. It assigns offsets, checks idempotent-producer sequences, and
+	// returns at once; the result arrives on the channel once the batch is
+	// durable (acks=1 and acks=all both wait for it in ledger mode) or failed.
+	Append(batch []byte) <-chan AppendResult
+	// Read returns batches from the one containing offset onwards.
+	// kerr.OffsetOutOfRange when offset < LogStartOffset or > HighWatermark.
+	// Reading at HighWatermark returns no records.
+	Read(ctx context.Context, offset int64, maxBytes int32) (ReadResult, error)
+	HighWatermark() int64
+	LogStartOffset() int64
+	// Wait returns a channel closed once HighWatermark() > offset or the
+	// partition stops being served here (for Fetch long-polls).
+	Wait(offset int64) <-chan struct{}
+	// OffsetForTimestamp returns the first offset whose batch max timestamp
+	// is ≥ ts, with that batch's max timestamp; (-1, -1) when none.
+	OffsetForTimestamp(ctx context.Context, ts int64) (offset, timestamp int64, err error)
+	// MaxTimestamp is ListOffsets' timestamp −3: the offset and timestamp
+	// of the record with the largest timestamp; (-1, -1) when empty.
+	MaxTimestamp(ctx context.Context) (offset, timestamp int64, err error)
+}
+
+// GroupCoordinator serves the classic consumer-group protocol and committed
+// offsets. Each method answers one request completely; JoinGroup and
+// SyncGroup may block until the rebalance they wait for completes (or ctx
+// ends). It answers NOT_COORDINATOR for groups this broker does not own.
+type GroupCoordinator interface {
+	JoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse
+	SyncGroup(ctx context.Context, req *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse
+	Heartbeat(ctx context.Context, req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse
+	LeaveGroup(ctx context.Context, req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse
+	OffsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse
+	OffsetFetch(ctx context.Context, req *kmsg.OffsetFetchRequest) *kmsg.OffsetFetchResponse
+	OffsetDelete(ctx context.Context, req *kmsg.OffsetDeleteRequest) *kmsg.OffsetDeleteResponse
+	ListGroups(ctx context.Context, req *kmsg.ListGroupsRequest) *kmsg.ListGroupsResponse
+	DescribeGroups(ctx context.Context, req *kmsg.DescribeGroupsRequest) *kmsg.DescribeGroupsResponse
+	DeleteGroups(ctx context.Context, req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGroupsResponse
+}
+
+// Backend is what the front end serves requests from.
+type Backend interface {
+	// Self is this broker; Brokers every live broker (Self included).
+	Self() Broker
+	Brokers(ctx context.Context) ([]Broker, error)
+	ClusterID() string
+	// ControllerID is the broker Metadata names as controller (admin
+	// requests work on any broker in ledger mode).
+	ControllerID() int32
+
+	// Topics describes the named topics (nil: every topic). A name that does
+	// not exist is left out, unless autoCreate is set and auto-creation is
+	// enabled, in which case it is created with the default partition count.
+	Topics(ctx context.Context, names []string, autoCreate bool) ([]TopicInfo, error)
+	// CreateTopic: kerr.TopicAlreadyExists, kerr.InvalidPartitions,
+	// kerr.InvalidTopicException, kerr.InvalidConfig, … numPartitions −1
+	// means the default.
+	CreateTopic(ctx context.Context, name string, numPartitions int32, configs map[string]*string, validateOnly bool) error
+	DeleteTopic(ctx context.Context, name string) error
+	// CreatePartitions grows a topic to count partitions (never shrinks:
+	// kerr.InvalidPartitions).
+	CreatePartitions(ctx context.Context, name string, count int32, validateOnly bool) error
+	TopicConfigs(ctx context.Context, name string) ([]ConfigEntry, error)
+	AlterTopicConfigs(ctx context.Context, name string, ops []ConfigOp, validateOnly bool) error
+	BrokerConfigs(ctx context.Context) ([]ConfigEntry, error)
+
+	// Partition returns a partition this broker serves, loading it (taking
+	// the topic over) if this broker owns its bundle:
+	// kerr.NotLeaderForPartition when another broker owns it,
+	// kerr.UnknownTopicOrPartition when it does not exist.
+	Partition(ctx context.Context, topic string, partition int32) (Partition, error)
+
+	// InitProducerID allocates a producer id (epoch 0) for an idempotent
+	// producer. Transactional ids are not supported (the front end does not
+	// advertise transactions).
+	InitProducerID(ctx context.Context) (id int64, epoch int16, err error)
+
+	// Coordinator returns the broker that coordinates a group
+	// (FindCoordinator key type 0).
+	Coordinator(ctx context.Context, group string) (Broker, error)
+	Groups() GroupCoordinator
+
+	// MaxMessageBytes is the largest record batch a produce may carry
+	// (kerr.MessageTooLarge above it) unless the topic overrides it.
+	MaxMessageBytes() int32
+}
