@@ -28,6 +28,23 @@ func (t *Topic) Append(ctx context.Context, payload []byte) (mlog.Position, erro
 	}
 }
 
+// AppendAsync submits payload and returns at once; the ack (or error)
+// arrives on the channel. Appends submitted one after another from one
+// goroutine are written, and acknowledged, in that order — which a Kafka
+// partition relies on to hand out offsets before the write is durable.
+func (t *Topic) AppendAsync(payload []byte) <-chan mlog.AppendAck {
+	ch := make(chan mlog.AppendAck, 1)
+	ok := t.post(func() {
+		t.token++
+		t.waiters[t.token] = ch
+		t.core.Append(t.token, payload, time.Now())
+	})
+	if !ok {
+		ch <- mlog.AppendAck{Err: mlog.ErrClosed}
+	}
+	return ch
+}
+
 // Read returns up to maxEntries entries from the first one at or after
 // from, across ledgers, within what producers have been acknowledged.
 // Recent entries come from the cache; the rest from the bookies.
@@ -221,3 +238,7 @@ func (c *entryCache) get(p mlog.Position) ([]byte, bool) {
 	b, ok := c.entries[p]
 	return b, ok
 }
+
+// Done is closed once the topic's loop has ended (closed, or fenced by a
+// new owner). An AppendAsync still unanswered then never will be.
+func (t *Topic) Done() <-chan struct{} { return t.done }

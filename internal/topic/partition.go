@@ -1,0 +1,747 @@
+package topic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"quire/internal/kafka"
+	"quire/internal/meta"
+)
+
+// Config configures one partition.
+type Config struct {
+	// Name is the partition's full name (for logs and errors).
+	Name string
+	Log  Log
+	// Store and FloorKey keep the partition's offset floor: the next offset
+	// as of the last load, so offsets never go back even when retention has
+	// deleted every ledger that held them.
+	Store    meta.Store
+	FloorKey string
+	// ScanBack is how many entries at the log's tail are read on load to
+	// rebuild the producer table and the in-memory index (default 2,000).
+	ScanBack int
+	// MaxIndexed bounds the in-memory index of recent batches (default
+	// 1,000,000); older offsets are found by binary search over the log.
+	MaxIndexed int
+	// OnFail is called (once, without locks held) when the partition stops
+	// serving: its log failed or was fenced by a new owner.
+	OnFail func(error)
+	Logger *slog.Logger
+}
+
+// indexed is one batch of the in-memory index.
+type indexed struct {
+	base, last int64
+	maxTs      int64 // the batch's max timestamp
+	maxSoFar   int64 // the largest max timestamp up to and including it
+	pos        Pos
+	size       int32
+}
+
+type pending struct {
+	batch  Batch
+	ack    <-chan AppendAck
+	rec    *batchRecord // nil for non-idempotent batches
+	result chan kafka.AppendResult
+	size   int32
+}
+
+// Partition is one Kafka partition served from a Log. It implements
+// kafka.Partition.
+type Partition struct {
+	cfg Config
+	log *slog.Logger
+
+	mu        sync.Mutex
+	next      int64 // next offset to assign
+	hw        int64 // one past the last durable offset
+	logStart  int64
+	index     []indexed
+	producers producers
+	hwCh      chan struct{} // closed when hw advances or the partition fails
+	failed    error
+	queue     []*pending
+	wake      chan struct{}
+	firsts    map[int64]int64 // segment → base offset of its first batch
+	hints     map[int64]Pos   // next offset → position, after sequential reads
+	maxTs     int64
+	maxTsOff  int64
+	avgSize   int64
+	closing   bool
+
+	stop     chan struct{}
+	stopped  chan struct{}
+	failOnce sync.Once
+	stopOnce sync.Once
+}
+
+var _ kafka.Partition = (*Partition)(nil)
+
+// Open loads a partition from its log: the next offset from the last batch
+// (or the stored floor), the log start from the first, and the producer
+// table and index from the last ScanBack entries.
+func Open(ctx context.Context, cfg Config) (*Partition, error) {
+	if cfg.ScanBack <= 0 {
+		cfg.ScanBack = 2000
+	}
+	if cfg.MaxIndexed <= 0 {
+		cfg.MaxIndexed = 1_000_000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Partition{
+		cfg: cfg, log: cfg.Logger.With("partition", cfg.Name),
+		producers: newProducers(), hwCh: make(chan struct{}), wake: make(chan struct{}, 1),
+		firsts: map[int64]int64{}, hints: map[int64]Pos{}, maxTs: -1, maxTsOff: -1,
+		stop: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	if err := p.load(ctx); err != nil {
+		return nil, fmt.Errorf("load partition %s: %w", cfg.Name, err)
+	}
+	go p.acker()
+	return p, nil
+}
+
+type floorRecord struct {
+	Next int64 `json:"next"`
+}
+
+func (p *Partition) load(ctx context.Context) error {
+	segs, err := p.cfg.Log.Segments(ctx)
+	if err != nil {
+		return err
+	}
+	var next, start int64
+	if len(segs) > 0 {
+		last := segs[len(segs)-1]
+		b, _, err := p.readBatch(ctx, Pos{LedgerID: last.ID, EntryID: last.Entries - 1})
+		if err != nil {
+			return fmt.Errorf("read the last batch: %w", err)
+		}
+		next = b.LastOffset() + 1
+		start, err = p.firstOffset(ctx, segs[0])
+		if err != nil {
+			return err
+		}
+	}
+	floor, version, err := p.readFloor(ctx)
+	if err != nil {
+		return err
+	}
+	if floor > next {
+		if len(segs) > 0 {
+			return fmt.Errorf("log ends at offset %d below the stored floor %d", next, floor)
+		}
+		next = floor
+	}
+	if len(segs) == 0 {
+		start = next
+	}
+	if err := p.writeFloor(ctx, next, version); err != nil {
+		return err
+	}
+	p.next, p.hw, p.logStart = next, next, start
+
+	// Rebuild the producer table and the index from the tail.
+	from, ok := tailStart(segs, p.cfg.ScanBack)
+	if !ok {
+		return nil
+	}
+	for {
+		es, err := p.cfg.Log.Read(ctx, from, 256)
+		if err != nil {
+			return fmt.Errorf("scan the tail: %w", err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			b, err := ParseBatch(e.Payload)
+			if err != nil {
+				p.log.Warn("skipping an entry that is not a record batch", "pos", e.Pos, "err", err)
+				continue
+			}
+			p.indexBatch(b, e.Pos, int32(len(e.Payload)))
+			if b.Idempotent() {
+				p.producers.record(b, doneRecord())
+			}
+		}
+		last := es[len(es)-1].Pos
+		from = Pos{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
+	}
+	return nil
+}
+
+// tailStart is the position n entries before the end of segs.
+func tailStart(segs []Segment, n int) (Pos, bool) {
+	if len(segs) == 0 {
+		return Pos{}, false
+	}
+	left := int64(n)
+	for i := len(segs) - 1; i >= 0; i-- {
+		if segs[i].Entries >= left || i == 0 {
+			return Pos{LedgerID: segs[i].ID, EntryID: max(0, segs[i].Entries-left)}, true
+		}
+		left -= segs[i].Entries
+	}
+	return Pos{}, false
+}
+
+func (p *Partition) readFloor(ctx context.Context) (int64, meta.Version, error) {
+	if p.cfg.Store == nil {
+		return 0, 0, nil
+	}
+	kv, err := p.cfg.Store.Get(ctx, p.cfg.FloorKey)
+	if errors.Is(err, meta.ErrNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the offset floor: %w", err)
+	}
+	var f floorRecord
+	if err := json.Unmarshal(kv.Value, &f); err != nil {
+		return 0, 0, fmt.Errorf("decode the offset floor: %w", err)
+	}
+	return f.Next, kv.Version, nil
+}
+
+func (p *Partition) writeFloor(ctx context.Context, next int64, version meta.Version) error {
+	if p.cfg.Store == nil {
+		return nil
+	}
+	v, _ := json.Marshal(floorRecord{Next: next})
+	var err error
+	if version == 0 {
+		_, err = p.cfg.Store.Create(ctx, p.cfg.FloorKey, v)
+	} else {
+		_, err = p.cfg.Store.Put(ctx, p.cfg.FloorKey, v, version)
+	}
+	if err != nil {
+		// Another owner wrote it: we were fenced or raced a takeover.
+		return fmt.Errorf("write the offset floor: %w", err)
+	}
+	return nil
+}
+
+// readBatch reads and parses the entry at pos exactly.
+func (p *Partition) readBatch(ctx context.Context, pos Pos) (Batch, []byte, error) {
+	es, err := p.cfg.Log.Read(ctx, pos, 1)
+	if err != nil {
+		return Batch{}, nil, err
+	}
+	if len(es) == 0 || es[0].Pos != pos {
+		return Batch{}, nil, fmt.Errorf("entry %s is not readable", pos)
+	}
+	b, err := ParseBatch(es[0].Payload)
+	return b, es[0].Payload, err
+}
+
+func (p *Partition) firstOffset(ctx context.Context, s Segment) (int64, error) {
+	p.mu.Lock()
+	f, ok := p.firsts[s.ID]
+	p.mu.Unlock()
+	if ok {
+		return f, nil
+	}
+	b, _, err := p.readBatch(ctx, Pos{LedgerID: s.ID, EntryID: 0})
+	if err != nil {
+		return 0, fmt.Errorf("read the first batch of segment %d: %w", s.ID, err)
+	}
+	p.mu.Lock()
+	p.firsts[s.ID] = b.BaseOffset
+	p.mu.Unlock()
+	return b.BaseOffset, nil
+}
+
+// indexBatch appends a durable batch to the in-memory index. Called with
+// mu held (or before the partition is shared).
+func (p *Partition) indexBatch(b Batch, pos Pos, size int32) {
+	so := b.MaxTimestamp
+	if n := len(p.index); n > 0 && p.index[n-1].maxSoFar > so {
+		so = p.index[n-1].maxSoFar
+	}
+	p.index = append(p.index, indexed{base: b.BaseOffset, last: b.LastOffset(), maxTs: b.MaxTimestamp, maxSoFar: so, pos: pos, size: size})
+	if len(p.index) > p.cfg.MaxIndexed {
+		drop := len(p.index) - p.cfg.MaxIndexed/2
+		p.index = append([]indexed(nil), p.index[drop:]...)
+	}
+	if b.MaxTimestamp >= p.maxTs {
+		p.maxTs, p.maxTsOff = b.MaxTimestamp, b.LastOffset()
+	}
+	if _, ok := p.firsts[pos.LedgerID]; !ok && pos.EntryID == 0 {
+		p.firsts[pos.LedgerID] = b.BaseOffset
+	}
+	p.avgSize = (p.avgSize*7 + int64(size)) / 8
+}
+
+// Append implements kafka.Partition.
+func (p *Partition) Append(raw []byte) <-chan kafka.AppendResult {
+	out := make(chan kafka.AppendResult, 1)
+	b, err := ParseBatch(raw)
+	if err != nil {
+		out <- kafka.AppendResult{Err: batchErr(err)}
+		return out
+	}
+	if b.Attributes&(attrTransactional|attrControl) != 0 {
+		out <- kafka.AppendResult{Err: kerr.InvalidRecord}
+		return out
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed != nil || p.closing {
+		out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
+		return out
+	}
+	var rec *batchRecord
+	if b.Idempotent() {
+		dup, err := p.producers.check(b)
+		switch {
+		case err != nil:
+			out <- kafka.AppendResult{Err: seqErr(err)}
+			return out
+		case dup != nil:
+			go func() {
+				<-dup.done
+				if dup.err != nil {
+					out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
+					return
+				}
+				p.mu.Lock()
+				ls := p.logStart
+				p.mu.Unlock()
+				out <- kafka.AppendResult{BaseOffset: dup.base, LogAppendTime: -1, LogStartOffset: ls}
+			}()
+			return out
+		}
+		rec = &batchRecord{done: make(chan struct{})}
+	}
+	payload := make([]byte, len(raw))
+	copy(payload, raw)
+	b.BaseOffset = p.next
+	setOffsets(payload, b.BaseOffset, b.LeaderEpoch)
+	p.next = b.LastOffset() + 1
+	if rec != nil {
+		p.producers.record(b, rec)
+	}
+	p.queue = append(p.queue, &pending{batch: b, ack: p.cfg.Log.Append(payload), rec: rec, result: out, size: int32(len(payload))})
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return out
+}
+
+// acker completes appends in order as the log acknowledges them.
+func (p *Partition) acker() {
+	defer close(p.stopped)
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.mu.Unlock()
+			select {
+			case <-p.wake:
+				continue
+			case <-p.stop:
+				p.failAll(kerr.NotLeaderForPartition)
+				return
+			}
+		}
+		pd := p.queue[0]
+		p.queue = p.queue[1:]
+		p.mu.Unlock()
+
+		var ack AppendAck
+		select {
+		case ack = <-pd.ack:
+		case <-p.cfg.Log.Done():
+			select {
+			case ack = <-pd.ack:
+			default:
+				ack.Err = ErrLogClosed
+			}
+		}
+		p.mu.Lock()
+		if ack.Err != nil || p.failed != nil {
+			err := ack.Err
+			if err == nil {
+				err = p.failed
+			}
+			p.fail(err)
+			p.mu.Unlock()
+			finish(pd, kafka.AppendResult{Err: kerr.NotLeaderForPartition}, err)
+			continue
+		}
+		p.hw = pd.batch.LastOffset() + 1
+		p.indexBatch(pd.batch, ack.Pos, pd.size)
+		close(p.hwCh)
+		p.hwCh = make(chan struct{})
+		ls := p.logStart
+		p.mu.Unlock()
+		finish(pd, kafka.AppendResult{BaseOffset: pd.batch.BaseOffset, LogAppendTime: -1, LogStartOffset: ls}, nil)
+	}
+}
+
+func finish(pd *pending, r kafka.AppendResult, err error) {
+	if pd.rec != nil {
+		pd.rec.err = err
+		close(pd.rec.done)
+	}
+	pd.result <- r
+}
+
+// fail marks the partition failed; called with mu held.
+func (p *Partition) fail(err error) {
+	if p.failed != nil {
+		return
+	}
+	p.failed = err
+	if !p.closing {
+		p.log.Warn("partition stops serving", "err", err)
+	}
+	close(p.hwCh)
+	p.hwCh = make(chan struct{})
+	if p.cfg.OnFail != nil {
+		go p.failOnce.Do(func() { p.cfg.OnFail(err) })
+	}
+}
+
+// failAll answers everything queued with err (on stop).
+func (p *Partition) failAll(err error) {
+	p.mu.Lock()
+	q := p.queue
+	p.queue = nil
+	p.fail(ErrLogClosed)
+	p.mu.Unlock()
+	for _, pd := range q {
+		finish(pd, kafka.AppendResult{Err: err}, ErrLogClosed)
+	}
+}
+
+// HighWatermark implements kafka.Partition.
+func (p *Partition) HighWatermark() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hw
+}
+
+// LogStartOffset implements kafka.Partition.
+func (p *Partition) LogStartOffset() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logStart
+}
+
+// Wait implements kafka.Partition.
+func (p *Partition) Wait(offset int64) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hw > offset || p.failed != nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return p.hwCh
+}
+
+// Read implements kafka.Partition.
+func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kafka.ReadResult, error) {
+	p.mu.Lock()
+	if p.failed != nil {
+		p.mu.Unlock()
+		return kafka.ReadResult{}, kerr.NotLeaderForPartition
+	}
+	res := kafka.ReadResult{HighWatermark: p.hw, LastStableOffset: p.hw, LogStartOffset: p.logStart}
+	if offset < p.logStart || offset > p.hw {
+		p.mu.Unlock()
+		return res, kerr.OffsetOutOfRange
+	}
+	if offset == p.hw {
+		p.mu.Unlock()
+		return res, nil
+	}
+	pos, found := p.locateIndexed(offset)
+	avg := max(p.avgSize, 64)
+	p.mu.Unlock()
+	if !found {
+		var err error
+		if pos, err = p.locateLog(ctx, offset); err != nil {
+			return res, err
+		}
+	}
+	n := int(min(max(int64(maxBytes)/avg+1, 1), 1024))
+	var total int32
+	var lastBatch Batch
+	var lastPos Pos
+	for total < maxBytes || total == 0 {
+		es, err := p.cfg.Log.Read(ctx, pos, n)
+		if err != nil {
+			return res, fmt.Errorf("read %s at %s: %w", p.cfg.Name, pos, err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		full := false
+		for _, e := range es {
+			b, err := ParseBatch(e.Payload)
+			if err != nil || b.LastOffset() < offset {
+				continue
+			}
+			if b.BaseOffset >= res.HighWatermark {
+				full = true
+				break
+			}
+			if total > 0 && total+int32(len(e.Payload)) > maxBytes {
+				full = true
+				break
+			}
+			res.Records = append(res.Records, e.Payload...)
+			total += int32(len(e.Payload))
+			lastBatch, lastPos = b, e.Pos
+		}
+		if full || len(es) < n {
+			break
+		}
+		last := es[len(es)-1].Pos
+		pos = Pos{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
+	}
+	if total > 0 {
+		p.mu.Lock()
+		if len(p.hints) > 4096 {
+			clear(p.hints)
+		}
+		p.hints[lastBatch.LastOffset()+1] = Pos{LedgerID: lastPos.LedgerID, EntryID: lastPos.EntryID + 1}
+		p.mu.Unlock()
+	}
+	return res, nil
+}
+
+// locateIndexed finds the entry holding offset from the in-memory index or
+// the hints of sequential readers; mu held.
+func (p *Partition) locateIndexed(offset int64) (Pos, bool) {
+	if pos, ok := p.hints[offset]; ok {
+		return pos, true
+	}
+	if len(p.index) == 0 || offset < p.index[0].base {
+		return Pos{}, false
+	}
+	i := sort.Search(len(p.index), func(i int) bool { return p.index[i].last >= offset })
+	if i == len(p.index) {
+		return Pos{}, false
+	}
+	return p.index[i].pos, true
+}
+
+// locateLog finds the entry holding offset by binary search over the log:
+// first over segments by their first batch's base offset, then over the
+// segment's entries. O(log segments + log entries) reads.
+func (p *Partition) locateLog(ctx context.Context, offset int64) (Pos, error) {
+	segs, err := p.cfg.Log.Segments(ctx)
+	if err != nil {
+		return Pos{}, err
+	}
+	var searchErr error
+	i := sort.Search(len(segs), func(i int) bool {
+		if searchErr != nil {
+			return true
+		}
+		f, err := p.firstOffset(ctx, segs[i])
+		if err != nil {
+			searchErr = err
+			return true
+		}
+		return f > offset
+	}) - 1
+	if searchErr != nil {
+		return Pos{}, searchErr
+	}
+	if i < 0 {
+		return Pos{}, kerr.OffsetOutOfRange
+	}
+	s := segs[i]
+	e := sort.Search(int(s.Entries), func(e int) bool {
+		if searchErr != nil {
+			return true
+		}
+		b, _, err := p.readBatch(ctx, Pos{LedgerID: s.ID, EntryID: int64(e)})
+		if err != nil {
+			searchErr = err
+			return true
+		}
+		return b.LastOffset() >= offset
+	})
+	if searchErr != nil {
+		return Pos{}, searchErr
+	}
+	return Pos{LedgerID: s.ID, EntryID: int64(e)}, nil
+}
+
+// OffsetForTimestamp implements kafka.Partition: the first batch whose max
+// timestamp is ≥ ts, narrowed to the first record at or after ts when the
+// batch is uncompressed. Over the in-memory index the search uses the
+// running maximum (exact); over older data it assumes timestamps grow
+// with offsets (the usual case with CreateTime), as a binary search must.
+func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, error) {
+	p.mu.Lock()
+	if p.failed != nil {
+		p.mu.Unlock()
+		return -1, -1, kerr.NotLeaderForPartition
+	}
+	logStart := p.logStart
+	var firstIndexed int64 = -1
+	if len(p.index) > 0 {
+		firstIndexed = p.index[0].base
+	}
+	var pos Pos
+	found := false
+	if firstIndexed >= 0 && firstIndexed <= logStart {
+		// The index covers the whole log.
+		i := sort.Search(len(p.index), func(i int) bool { return p.index[i].maxSoFar >= ts })
+		if i == len(p.index) {
+			p.mu.Unlock()
+			return -1, -1, nil
+		}
+		pos, found = p.index[i].pos, true
+	}
+	p.mu.Unlock()
+	if !found {
+		var err error
+		pos, found, err = p.searchTimeLog(ctx, ts)
+		if err != nil {
+			return -1, -1, err
+		}
+		if !found {
+			// Not in the old segments: the answer is in the index.
+			p.mu.Lock()
+			i := sort.Search(len(p.index), func(i int) bool { return p.index[i].maxSoFar >= ts })
+			if i == len(p.index) {
+				p.mu.Unlock()
+				return -1, -1, nil
+			}
+			pos = p.index[i].pos
+			p.mu.Unlock()
+		}
+	}
+	b, raw, err := p.readBatch(ctx, pos)
+	if err != nil {
+		return -1, -1, err
+	}
+	off, t := firstRecordAtOrAfter(b, raw, ts)
+	return off, t, nil
+}
+
+// searchTimeLog binary-searches the log for the first batch with max
+// timestamp ≥ ts.
+func (p *Partition) searchTimeLog(ctx context.Context, ts int64) (Pos, bool, error) {
+	segs, err := p.cfg.Log.Segments(ctx)
+	if err != nil {
+		return Pos{}, false, err
+	}
+	var searchErr error
+	probe := func(pos Pos) bool {
+		if searchErr != nil {
+			return true
+		}
+		b, _, err := p.readBatch(ctx, pos)
+		if err != nil {
+			searchErr = err
+			return true
+		}
+		return b.MaxTimestamp >= ts
+	}
+	i := sort.Search(len(segs), func(i int) bool {
+		return probe(Pos{LedgerID: segs[i].ID, EntryID: segs[i].Entries - 1})
+	})
+	if searchErr != nil {
+		return Pos{}, false, searchErr
+	}
+	if i == len(segs) {
+		return Pos{}, false, nil
+	}
+	s := segs[i]
+	e := sort.Search(int(s.Entries), func(e int) bool { return probe(Pos{LedgerID: s.ID, EntryID: int64(e)}) })
+	if searchErr != nil {
+		return Pos{}, false, searchErr
+	}
+	return Pos{LedgerID: s.ID, EntryID: int64(e)}, true, nil
+}
+
+// MaxTimestamp implements kafka.Partition: the largest timestamp seen in
+// the batches indexed since this broker loaded the partition (which
+// include the last ScanBack entries before that).
+func (p *Partition) MaxTimestamp(ctx context.Context) (int64, int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed != nil {
+		return -1, -1, kerr.NotLeaderForPartition
+	}
+	return p.maxTsOff, p.maxTs, nil
+}
+
+// RefreshStart re-reads where the log starts (after retention deleted
+// segments) and forgets the index below it.
+func (p *Partition) RefreshStart(ctx context.Context) error {
+	segs, err := p.cfg.Log.Segments(ctx)
+	if err != nil {
+		return err
+	}
+	if len(segs) == 0 {
+		return nil
+	}
+	f, err := p.firstOffset(ctx, segs[0])
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f > p.logStart {
+		p.logStart = f
+		i := sort.Search(len(p.index), func(i int) bool { return p.index[i].base >= f })
+		p.index = p.index[i:]
+	}
+	return nil
+}
+
+// Failed reports why the partition stopped serving, or nil.
+func (p *Partition) Failed() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed
+}
+
+// Close stops the partition and closes its log (persisting and closing the
+// current segment). Appends still queued are answered NOT_LEADER.
+func (p *Partition) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	p.stopOnce.Do(func() { close(p.stop) })
+	// The acker answers what is queued, then stops.
+	select {
+	case <-p.stopped:
+	case <-ctx.Done():
+	}
+	return p.cfg.Log.Close(ctx)
+}
+
+func batchErr(err error) error {
+	if errors.Is(err, ErrUnsupportedMagic) {
+		return kerr.UnsupportedForMessageFormat
+	}
+	return kerr.CorruptMessage
+}
+
+func seqErr(err error) error {
+	if errors.Is(err, ErrProducerFenced) {
+		return kerr.InvalidProducerEpoch
+	}
+	return kerr.OutOfOrderSequenceNumber
+}

@@ -1,0 +1,489 @@
+package topic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"quire/internal/kafka"
+	"quire/internal/meta"
+)
+
+// memLog is an in-memory Log: segments of entries, acks at once (or held
+// back), trimming and failure on demand.
+type memLog struct {
+	mu      sync.Mutex
+	segs    []memSeg
+	nextID  int64
+	done    chan struct{}
+	hold    bool
+	held    []func()
+	reads   int
+	failing bool
+}
+
+type memSeg struct {
+	id      int64
+	entries [][]byte
+}
+
+func newMemLog() *memLog {
+	l := &memLog{done: make(chan struct{}), nextID: 10}
+	l.roll()
+	return l
+}
+
+func (l *memLog) roll() {
+	l.segs = append(l.segs, memSeg{id: l.nextID})
+	l.nextID += 3
+}
+
+func (l *memLog) Append(payload []byte) <-chan AppendAck {
+	ch := make(chan AppendAck, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failing {
+		ch <- AppendAck{Err: errors.New("fenced")}
+		return ch
+	}
+	s := &l.segs[len(l.segs)-1]
+	s.entries = append(s.entries, payload)
+	pos := Pos{LedgerID: s.id, EntryID: int64(len(s.entries) - 1)}
+	ack := func() { ch <- AppendAck{Pos: pos} }
+	if l.hold {
+		l.held = append(l.held, ack)
+	} else {
+		ack()
+	}
+	return ch
+}
+
+func (l *memLog) release() {
+	l.mu.Lock()
+	h := l.held
+	l.held, l.hold = nil, false
+	l.mu.Unlock()
+	for _, f := range h {
+		f()
+	}
+}
+
+func (l *memLog) Read(_ context.Context, from Pos, max int) ([]Entry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	var out []Entry
+	for _, s := range l.segs {
+		for e, p := range s.entries {
+			pos := Pos{LedgerID: s.id, EntryID: int64(e)}
+			if pos.Less(from) {
+				continue
+			}
+			if len(out) == max {
+				return out, nil
+			}
+			out = append(out, Entry{Pos: pos, Payload: p})
+		}
+	}
+	return out, nil
+}
+
+func (l *memLog) Segments(context.Context) ([]Segment, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Segment
+	for _, s := range l.segs {
+		if len(s.entries) > 0 {
+			out = append(out, Segment{ID: s.id, Entries: int64(len(s.entries))})
+		}
+	}
+	return out, nil
+}
+
+func (l *memLog) Done() <-chan struct{} { return l.done }
+func (l *memLog) Close(context.Context) error {
+	return nil
+}
+
+// trim drops the first n segments (retention).
+func (l *memLog) trim(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.segs = l.segs[n:]
+	if len(l.segs) == 0 {
+		l.roll()
+	}
+}
+
+// mkBatch builds a v2 batch of n records with valid CRC.
+func mkBatch(pid int64, epoch int16, seq int32, n int, ts int64) []byte {
+	rb := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1, Magic: 2, LastOffsetDelta: int32(n - 1),
+		FirstTimestamp: ts, MaxTimestamp: ts + int64(n-1),
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: seq, NumRecords: int32(n),
+	}
+	var recs []byte
+	for i := range n {
+		r := kmsg.Record{TimestampDelta64: int64(i), OffsetDelta: int32(i), Value: fmt.Appendf(nil, "v%d-%d", seq, i)}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	rb.Records = recs
+	raw := rb.AppendTo(nil)
+	// Length and CRC: AppendTo writes the struct as given.
+	putU32(raw[offBatchLength:], uint32(len(raw)-12))
+	putU32(raw[offCRC:], crc32.Checksum(raw[offAttributes:], castagnoli))
+	return raw
+}
+
+func putU32(b []byte, v uint32) { b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v) }
+
+func openTest(t *testing.T, l Log, store meta.Store, mod func(*Config)) *Partition {
+	t.Helper()
+	cfg := Config{Name: "t-0", Log: l, Store: store, FloorKey: "/floor/t-0"}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+func appendOK(t *testing.T, p *Partition, raw []byte) int64 {
+	t.Helper()
+	r := <-p.Append(raw)
+	if r.Err != nil {
+		t.Fatalf("append: %v", r.Err)
+	}
+	return r.BaseOffset
+}
+
+// readAll reads every batch from offset to the HW and returns the base
+// offsets of the batches read.
+func readAll(t *testing.T, p *Partition, from int64, maxBytes int32) []int64 {
+	t.Helper()
+	var bases []int64
+	for from < p.HighWatermark() {
+		res, err := p.Read(context.Background(), from, maxBytes)
+		if err != nil {
+			t.Fatalf("read at %d: %v", from, err)
+		}
+		bs, err := SplitBatches(res.Records)
+		if err != nil || len(bs) == 0 {
+			t.Fatalf("read at %d: %d batches, %v", from, len(bs), err)
+		}
+		for _, raw := range bs {
+			if err := CheckCRC(raw); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := ParseBatch(raw)
+			bases = append(bases, b.BaseOffset)
+			from = b.LastOffset() + 1
+		}
+	}
+	return bases
+}
+
+func TestOffsetsAreDenseAndReadable(t *testing.T) {
+	l := newMemLog()
+	p := openTest(t, l, meta.NewMemServer(meta.MemConfig{}).NewClient(), nil)
+	var want []int64
+	next := int64(0)
+	for i := range 50 {
+		n := 1 + i%4
+		if got := appendOK(t, p, mkBatch(-1, -1, -1, n, int64(1000+i))); got != next {
+			t.Fatalf("batch %d at %d, want %d", i, got, next)
+		}
+		want = append(want, next)
+		next += int64(n)
+		if i%17 == 16 {
+			l.roll()
+		}
+	}
+	if hw := p.HighWatermark(); hw != next {
+		t.Fatalf("hw %d, want %d", hw, next)
+	}
+	for _, maxBytes := range []int32{1, 200, 1 << 20} {
+		got := readAll(t, p, 0, maxBytes)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("maxBytes %d: read %v, want %v", maxBytes, got, want)
+		}
+	}
+	// A fetch in the middle of a batch returns that whole batch.
+	res, err := p.Read(context.Background(), want[3]+1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := ParseBatch(res.Records); b.BaseOffset != want[3] {
+		t.Fatalf("mid-batch fetch returned batch at %d, want %d", b.BaseOffset, want[3])
+	}
+	if _, err := p.Read(context.Background(), next+1, 100); !errors.Is(err, kerr.OffsetOutOfRange) {
+		t.Fatalf("read past the HW: %v", err)
+	}
+	if res, err := p.Read(context.Background(), next, 100); err != nil || len(res.Records) != 0 {
+		t.Fatalf("read at the HW: %d bytes, %v", len(res.Records), err)
+	}
+}
+
+func TestHighWatermarkWaitsForTheLog(t *testing.T) {
+	l := newMemLog()
+	p := openTest(t, l, nil, nil)
+	l.mu.Lock()
+	l.hold = true
+	l.mu.Unlock()
+	ch := p.Append(mkBatch(-1, -1, -1, 3, 1))
+	w := p.Wait(0)
+	select {
+	case <-w:
+		t.Fatal("wait returned before the append was durable")
+	case r := <-ch:
+		t.Fatalf("append answered before the log acked: %+v", r)
+	default:
+	}
+	if hw := p.HighWatermark(); hw != 0 {
+		t.Fatalf("hw %d before the ack", hw)
+	}
+	l.release()
+	<-w
+	if r := <-ch; r.Err != nil || r.BaseOffset != 0 {
+		t.Fatalf("append: %+v", r)
+	}
+	if hw := p.HighWatermark(); hw != 3 {
+		t.Fatalf("hw %d, want 3", hw)
+	}
+}
+
+func TestIdempotentProducerSequences(t *testing.T) {
+	p := openTest(t, newMemLog(), nil, nil)
+	const pid = 7
+	if off := appendOK(t, p, mkBatch(pid, 0, 0, 2, 1)); off != 0 {
+		t.Fatal(off)
+	}
+	if off := appendOK(t, p, mkBatch(pid, 0, 2, 3, 1)); off != 2 {
+		t.Fatal(off)
+	}
+	// A retry of either batch gets its original offset and writes nothing.
+	for _, c := range []struct {
+		seq  int32
+		n    int
+		want int64
+	}{{0, 2, 0}, {2, 3, 2}} {
+		if off := appendOK(t, p, mkBatch(pid, 0, c.seq, c.n, 1)); off != c.want {
+			t.Fatalf("retry of seq %d at %d, want %d", c.seq, off, c.want)
+		}
+	}
+	if hw := p.HighWatermark(); hw != 5 {
+		t.Fatalf("duplicates were written: hw %d", hw)
+	}
+	for _, c := range []struct {
+		name  string
+		batch []byte
+		want  error
+	}{
+		{"gap", mkBatch(pid, 0, 9, 1, 1), kerr.OutOfOrderSequenceNumber},
+		{"stale epoch", mkBatch(pid, -1+0, 5, 1, 1), kerr.InvalidProducerEpoch},
+		{"new epoch not at 0", mkBatch(pid, 1, 5, 1, 1), kerr.OutOfOrderSequenceNumber},
+	} {
+		if c.name == "stale epoch" {
+			// Bump the epoch first.
+			appendOK(t, p, mkBatch(pid, 1, 0, 1, 1))
+			c.batch = mkBatch(pid, 0, 5, 1, 1)
+		}
+		if r := <-p.Append(c.batch); !errors.Is(r.Err, c.want) {
+			t.Fatalf("%s: %v, want %v", c.name, r.Err, c.want)
+		}
+	}
+}
+
+func TestDuplicateOfAnInFlightBatchWaitsForIt(t *testing.T) {
+	l := newMemLog()
+	p := openTest(t, l, nil, nil)
+	l.mu.Lock()
+	l.hold = true
+	l.mu.Unlock()
+	first := p.Append(mkBatch(3, 0, 0, 4, 1))
+	retry := p.Append(mkBatch(3, 0, 0, 4, 1))
+	select {
+	case r := <-retry:
+		t.Fatalf("the retry was answered before the original was durable: %+v", r)
+	default:
+	}
+	l.release()
+	a, b := <-first, <-retry
+	if a.Err != nil || b.Err != nil || a.BaseOffset != b.BaseOffset {
+		t.Fatalf("original %+v, retry %+v", a, b)
+	}
+	if hw := p.HighWatermark(); hw != 4 {
+		t.Fatalf("hw %d", hw)
+	}
+}
+
+// A new owner rebuilds the next offset and the producer table from the log:
+// a retry of a batch the old owner wrote (whose answer was lost) is not
+// written twice, and old offsets are found by binary search over the log.
+func TestReloadContinuesOffsetsAndDedup(t *testing.T) {
+	l := newMemLog()
+	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
+	p := openTest(t, l, store, nil)
+	off := int64(0)
+	for i := range 300 {
+		appendOK(t, p, mkBatch(42, 0, int32(off), 2, int64(i)))
+		off += 2
+		if i%40 == 39 {
+			l.roll()
+		}
+	}
+	p.Close(context.Background())
+	l.roll()
+
+	q := openTest(t, l, store, func(c *Config) { c.ScanBack = 50 })
+	if hw := q.HighWatermark(); hw != off {
+		t.Fatalf("reloaded hw %d, want %d", hw, off)
+	}
+	// The last batch again (a retry after the failover): same offset.
+	if got := appendOK(t, q, mkBatch(42, 0, int32(off-2), 2, 1)); got != off-2 {
+		t.Fatalf("retry after reload at %d, want %d", got, off-2)
+	}
+	if got := appendOK(t, q, mkBatch(42, 0, int32(off), 2, 1)); got != off {
+		t.Fatalf("next batch at %d, want %d", got, off)
+	}
+	// Old offsets, outside the rebuilt index, by binary search.
+	l.mu.Lock()
+	before := l.reads
+	l.mu.Unlock()
+	res, err := q.Read(context.Background(), 123, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := ParseBatch(res.Records); b.BaseOffset != 122 {
+		t.Fatalf("offset 123 in batch %d, want 122", b.BaseOffset)
+	}
+	l.mu.Lock()
+	probes := l.reads - before
+	l.mu.Unlock()
+	if probes > 20 {
+		t.Fatalf("%d reads to find one offset: not a binary search", probes)
+	}
+	if got := readAll(t, q, 0, 1<<20); len(got) != 301 {
+		t.Fatalf("read %d batches after reload, want 301", len(got))
+	}
+}
+
+// Offsets never go back, even when retention deleted every ledger.
+func TestOffsetFloorSurvivesTrimming(t *testing.T) {
+	l := newMemLog()
+	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
+	p := openTest(t, l, store, nil)
+	for range 5 {
+		appendOK(t, p, mkBatch(-1, -1, -1, 10, 1))
+	}
+	p.Close(context.Background())
+	l.roll()
+	// A second owner loads (writing the floor), then everything is trimmed.
+	q := openTest(t, l, store, nil)
+	q.Close(context.Background())
+	l.trim(len(l.segs))
+	r := openTest(t, l, store, nil)
+	if r.HighWatermark() != 50 || r.LogStartOffset() != 50 {
+		t.Fatalf("after trimming everything: hw %d start %d, want 50 50", r.HighWatermark(), r.LogStartOffset())
+	}
+	if got := appendOK(t, r, mkBatch(-1, -1, -1, 1, 1)); got != 50 {
+		t.Fatalf("next offset %d, want 50", got)
+	}
+}
+
+func TestOffsetForTimestamp(t *testing.T) {
+	l := newMemLog()
+	p := openTest(t, l, nil, nil)
+	// Batches of 5 records at timestamps 100.., 200.., …
+	for i := range 10 {
+		appendOK(t, p, mkBatch(-1, -1, -1, 5, int64(100*(i+1))))
+		if i == 4 {
+			l.roll()
+		}
+	}
+	ctx := context.Background()
+	for _, c := range []struct{ ts, off, at int64 }{
+		{0, 0, 100}, {100, 0, 100}, {102, 2, 102}, {105, 5, 200}, {450, 20, 500}, {1004, 49, 1004}, {1005, -1, -1},
+	} {
+		off, at, err := p.OffsetForTimestamp(ctx, c.ts)
+		if err != nil || off != c.off || at != c.at {
+			t.Fatalf("ts %d: (%d, %d, %v), want (%d, %d)", c.ts, off, at, err, c.off, c.at)
+		}
+	}
+	// The same answers from a reloaded partition that must search the log.
+	p.Close(ctx)
+	q := openTest(t, l, nil, func(c *Config) { c.ScanBack = 2 })
+	for _, c := range []struct{ ts, off, at int64 }{{102, 2, 102}, {450, 20, 500}, {1004, 49, 1004}} {
+		off, at, err := q.OffsetForTimestamp(ctx, c.ts)
+		if err != nil || off != c.off || at != c.at {
+			t.Fatalf("reloaded, ts %d: (%d, %d, %v), want (%d, %d)", c.ts, off, at, err, c.off, c.at)
+		}
+	}
+	if off, ts, _ := q.MaxTimestamp(ctx); off != 49 || ts != 1004 {
+		t.Fatalf("max timestamp (%d, %d)", off, ts)
+	}
+}
+
+func TestFencedLogStopsThePartition(t *testing.T) {
+	l := newMemLog()
+	failed := make(chan error, 1)
+	p := openTest(t, l, nil, func(c *Config) { c.OnFail = func(err error) { failed <- err } })
+	appendOK(t, p, mkBatch(-1, -1, -1, 1, 1))
+	l.mu.Lock()
+	l.failing = true
+	l.mu.Unlock()
+	if r := <-p.Append(mkBatch(-1, -1, -1, 1, 1)); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
+		t.Fatalf("append to a fenced log: %v", r.Err)
+	}
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnFail was not called")
+	}
+	if _, err := p.Read(context.Background(), 0, 100); !errors.Is(err, kerr.NotLeaderForPartition) {
+		t.Fatalf("read from a failed partition: %v", err)
+	}
+	<-p.Wait(100) // never blocks once failed
+	if r := <-p.Append(mkBatch(-1, -1, -1, 1, 1)); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
+		t.Fatalf("append after failing: %v", r.Err)
+	}
+}
+
+func TestBadBatchesAreRejected(t *testing.T) {
+	p := openTest(t, newMemLog(), nil, nil)
+	good := mkBatch(-1, -1, -1, 1, 1)
+	v1 := append([]byte(nil), good...)
+	v1[offMagic] = 1
+	short := good[:30]
+	txn := mkBatch(5, 0, 0, 1, 1)
+	txn[offAttributes+1] |= attrTransactional
+	for _, c := range []struct {
+		name string
+		raw  []byte
+		want error
+	}{
+		{"magic 1", v1, kerr.UnsupportedForMessageFormat},
+		{"short", short, kerr.CorruptMessage},
+		{"transactional", txn, kerr.InvalidRecord},
+	} {
+		if r := <-p.Append(c.raw); !errors.Is(r.Err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, r.Err, c.want)
+		}
+	}
+	if p.HighWatermark() != 0 {
+		t.Fatal("a bad batch was written")
+	}
+}
+
+var _ kafka.Partition = (*Partition)(nil)

@@ -1,0 +1,97 @@
+package topic
+
+import "errors"
+
+// Outcomes of an idempotent batch's sequence check (Kafka's
+// ProducerStateManager rules, KIP-98 and KIP-360).
+var (
+	// ErrOutOfOrderSequence: the batch's first sequence is not the one
+	// after the producer's last (OUT_OF_ORDER_SEQUENCE_NUMBER).
+	ErrOutOfOrderSequence = errors.New("topic: out of order sequence number")
+	// ErrProducerFenced: an epoch older than the producer's current one
+	// (INVALID_PRODUCER_EPOCH).
+	ErrProducerFenced = errors.New("topic: producer epoch is stale")
+)
+
+// DedupWindow is how many recent batches per producer are remembered, as
+// in Kafka: a producer has at most 5 requests in flight per partition, so
+// any retry names one of its last 5 batches.
+const DedupWindow = 5
+
+// batchRecord is one remembered batch of a producer.
+type batchRecord struct {
+	firstSeq, lastSeq int32
+	base, last        int64
+	// done is closed once the batch is durable or failed; err says which.
+	done chan struct{}
+	err  error
+}
+
+type producerState struct {
+	epoch   int16
+	batches []*batchRecord // oldest first, at most DedupWindow
+}
+
+// producers is the per-partition producer table. Not safe for concurrent
+// use; the partition's mutex guards it. No clocks or I/O: the table is
+// rebuilt after a takeover from the batches at the log's tail.
+type producers struct {
+	m map[int64]*producerState
+}
+
+func newProducers() producers { return producers{m: map[int64]*producerState{}} }
+
+// check decides what to do with batch b of an idempotent producer: a
+// duplicate of a remembered batch (returned), an error, or (nil, nil):
+// append it.
+func (ps *producers) check(b Batch) (*batchRecord, error) {
+	st := ps.m[b.ProducerID]
+	if st == nil {
+		// Unknown producer: new, or its state is older than the tail we
+		// rebuilt from. Kafka (KIP-360) accepts such a batch; so do we.
+		return nil, nil
+	}
+	switch {
+	case b.ProducerEpoch < st.epoch:
+		return nil, ErrProducerFenced
+	case b.ProducerEpoch > st.epoch:
+		if b.BaseSequence != 0 {
+			return nil, ErrOutOfOrderSequence
+		}
+		return nil, nil
+	}
+	last := b.LastSequence()
+	for _, r := range st.batches {
+		if r.firstSeq == b.BaseSequence && r.lastSeq == last {
+			return r, nil
+		}
+	}
+	if n := len(st.batches); n > 0 {
+		if want := addSeq(st.batches[n-1].lastSeq, 1); b.BaseSequence != want {
+			return nil, ErrOutOfOrderSequence
+		}
+	}
+	return nil, nil
+}
+
+// record remembers an accepted batch (assigned offsets already set in b).
+func (ps *producers) record(b Batch, r *batchRecord) {
+	st := ps.m[b.ProducerID]
+	if st == nil || b.ProducerEpoch > st.epoch {
+		st = &producerState{epoch: b.ProducerEpoch}
+		ps.m[b.ProducerID] = st
+	}
+	r.firstSeq, r.lastSeq = b.BaseSequence, b.LastSequence()
+	r.base, r.last = b.BaseOffset, b.LastOffset()
+	st.batches = append(st.batches, r)
+	if len(st.batches) > DedupWindow {
+		st.batches = st.batches[len(st.batches)-DedupWindow:]
+	}
+}
+
+// doneRecord is a batch rebuilt from the log: already durable.
+func doneRecord() *batchRecord {
+	r := &batchRecord{done: make(chan struct{})}
+	close(r.done)
+	return r
+}
