@@ -143,7 +143,9 @@ func mkBatch(pid int64, epoch int16, seq int32, n int, ts int64) []byte {
 	return raw
 }
 
-func putU32(b []byte, v uint32) { b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v) }
+func putU32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+}
 
 func openTest(t *testing.T, l Log, store meta.Store, mod func(*Config)) *Partition {
 	t.Helper()
