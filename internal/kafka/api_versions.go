@@ -1,0 +1,116 @@
+package kafka
+
+// ApiVersions (key 18), versions 0–5.
+//
+// It advertises exactly the APIs this package serves (the table below), at
+// the versions it serves. Max versions are kmsg's max for the key unless a
+// version needs something Quire lacks; min versions follow Kafka 4.0, which
+// dropped the pre-record-batch (magic 0/1) Produce and Fetch versions we
+// could not serve without down-conversion anyway. The group APIs are
+// advertised only when the Backend has a GroupCoordinator.
+//
+// Not advertised (the connection closes if a client sends them anyway, as
+// Kafka does for an API it does not know): transactions (AddPartitionsToTxn,
+// EndTxn, …), SASL, ACLs, quotas, delegation tokens, DeleteRecords,
+// OffsetForLeaderEpoch, the legacy AlterConfigs, the KIP-848 consumer group
+// and share group APIs, and everything broker-to-broker or KRaft.
+//
+// Deviations: an unsupported ApiVersions version is answered per KIP-511
+// with a v0 response, UNSUPPORTED_VERSION and the full list of supported
+// APIs (Kafka lists the same). No features are advertised.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+type versionRange struct{ min, max int16 }
+
+// apiSpec is one served API.
+type apiSpec struct {
+	key      kmsg.Key
+	min, max int16
+	// group APIs are served only when the Backend has a GroupCoordinator.
+	group   bool
+	handler handler
+}
+
+// apis is every API served. A max below kmsg's says why in the API's file.
+var apis = []apiSpec{
+	{key: kmsg.Produce, min: 3, max: 13, handler: handleProduce},
+	{key: kmsg.Fetch, min: 4, max: 18, handler: handleFetch},
+	{key: kmsg.ListOffsets, min: 1, max: 11, handler: handleListOffsets},
+	{key: kmsg.Metadata, min: 0, max: 13, handler: handleMetadata},
+	{key: kmsg.OffsetCommit, min: 2, max: 9, group: true, handler: handleOffsetCommit},
+	{key: kmsg.OffsetFetch, min: 1, max: 9, group: true, handler: handleOffsetFetch},
+	{key: kmsg.FindCoordinator, min: 0, max: 6, group: true, handler: handleFindCoordinator},
+	{key: kmsg.JoinGroup, min: 2, max: 9, group: true, handler: handleJoinGroup},
+	{key: kmsg.Heartbeat, min: 0, max: 4, group: true, handler: handleHeartbeat},
+	{key: kmsg.LeaveGroup, min: 0, max: 5, group: true, handler: handleLeaveGroup},
+	{key: kmsg.SyncGroup, min: 0, max: 5, group: true, handler: handleSyncGroup},
+	{key: kmsg.DescribeGroups, min: 0, max: 5, group: true, handler: handleDescribeGroups},
+	{key: kmsg.ListGroups, min: 0, max: 5, group: true, handler: handleListGroups},
+	{key: kmsg.ApiVersions, min: 0, max: 4, handler: handleApiVersions},
+	{key: kmsg.CreateTopics, min: 2, max: 7, handler: handleCreateTopics},
+	{key: kmsg.DeleteTopics, min: 1, max: 6, handler: handleDeleteTopics},
+	{key: kmsg.InitProducerID, min: 0, max: 5, handler: handleInitProducerID},
+	{key: kmsg.DescribeConfigs, min: 1, max: 4, handler: handleDescribeConfigs},
+	{key: kmsg.CreatePartitions, min: 0, max: 3, handler: handleCreatePartitions},
+	{key: kmsg.DeleteGroups, min: 0, max: 2, group: true, handler: handleDeleteGroups},
+	{key: kmsg.IncrementalAlterConfigs, min: 0, max: 1, handler: handleIncrementalAlterConfigs},
+	{key: kmsg.OffsetDelete, min: 0, max: 0, group: true, handler: handleOffsetDelete},
+	{key: kmsg.DescribeCluster, min: 0, max: 2, handler: handleDescribeCluster},
+}
+
+// handlers is apis by key.
+var handlers = func() [kmsg.MaxKey + 1]handler {
+	var hs [kmsg.MaxKey + 1]handler
+	for _, a := range apis {
+		hs[a.key] = a.handler
+	}
+	return hs
+}()
+
+// supportedVersions is the table a server advertises; unserved keys have
+// max −1.
+func supportedVersions(withGroups bool) [kmsg.MaxKey + 1]versionRange {
+	var vs [kmsg.MaxKey + 1]versionRange
+	for i := range vs {
+		vs[i] = versionRange{min: 0, max: -1}
+	}
+	for _, a := range apis {
+		if a.group && !withGroups {
+			continue
+		}
+		vs[a.key] = versionRange{min: a.min, max: min(a.max, kmsg.RequestForKey(int16(a.key)).MaxVersion())}
+	}
+	return vs
+}
+
+func (s *Server) versionRange(key int16) versionRange {
+	if key < 0 || int(key) >= len(s.versions) {
+		return versionRange{min: 0, max: -1}
+	}
+	return s.versions[key]
+}
+
+func handleApiVersions(s *Server, _ context.Context, rq *request) finishFunc {
+	resp := s.apiVersionsResponse(rq.version, 0)
+	return func(context.Context) kmsg.Response { return resp }
+}
+
+func (s *Server) apiVersionsResponse(version, errorCode int16) *kmsg.ApiVersionsResponse {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	resp.Version = version
+	resp.ErrorCode = errorCode
+	for key, vr := range s.versions {
+		if vr.max < 0 {
+			continue
+		}
+		k := kmsg.NewApiVersionsResponseApiKey()
+		k.ApiKey, k.MinVersion, k.MaxVersion = int16(key), vr.min, vr.max
+		resp.ApiKeys = append(resp.ApiKeys, k)
+	}
+	return resp
+}

@@ -1,0 +1,168 @@
+package kafka
+
+// Fetch (key 1), versions 4–18.
+//
+// Reads every requested partition from its fetch offset; if fewer than
+// min_bytes came back (and no partition failed), it long-polls with
+// Partition.Wait on all of them until one grows or max_wait_ms passes, and
+// reads again. max_bytes bounds the whole response and partition_max_bytes
+// each partition, except that the first partition with data returns its
+// first batch whole even when larger (KIP-74), so consumers always progress;
+// any later partition whose data would not fit answers empty. v13+ address
+// topics by ID (UNKNOWN_TOPIC_ID when unknown).
+//
+// Deviations: no fetch sessions. Every response has session_id 0, which
+// tells clients sessions are not in use, and is a full response; a request
+// naming a session id gets FETCH_SESSION_ID_NOT_FOUND, one with id 0 and an
+// epoch > 0 INVALID_FETCH_SESSION_EPOCH (what Kafka answers for sessions it
+// does not have); forgotten_topics is ignored. No transactions, so
+// read_committed is read_uncommitted and last_stable_offset is the high
+// watermark; aborted_transactions is always null. current_leader_epoch and
+// last_fetched_epoch are not checked (there is no epoch history to check
+// against; OffsetForLeaderEpoch is not advertised). Replica (follower)
+// fetches are served like a consumer's. preferred_read_replica is −1.
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func handleFetch(s *Server, _ context.Context, rq *request) finishFunc {
+	req := rq.kreq.(*kmsg.FetchRequest)
+	return func(ctx context.Context) kmsg.Response { return s.fetch(ctx, rq, req) }
+}
+
+// fetchPartition is a partition being fetched.
+type fetchPartition struct {
+	topic, partition int // indexes into the response
+	part             Partition
+	offset           int64
+	maxBytes         int32
+	// highWatermark is what the last read saw; the long-poll waits for
+	// the partition to grow past it.
+	highWatermark int64
+}
+
+func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest) *kmsg.FetchResponse {
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	resp.SessionID = 0
+	if req.SessionID != 0 {
+		resp.ErrorCode = rq.note(kerr.FetchSessionIDNotFound.Code)
+		return resp
+	}
+	if req.SessionEpoch > 0 {
+		resp.ErrorCode = rq.note(kerr.InvalidFetchSessionEpoch.Code)
+		return resp
+	}
+
+	var parts []fetchPartition
+	for _, t := range req.Topics {
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
+		name, topicCode := t.Topic, int16(0)
+		if req.Version >= 13 {
+			var ok bool
+			if name, ok = s.topicIDs.name(ctx, t.TopicID); !ok {
+				topicCode = kerr.UnknownTopicID.Code
+			}
+		}
+		for _, p := range t.Partitions {
+			rp := kmsg.NewFetchResponseTopicPartition()
+			rp.Partition, rp.HighWatermark = p.Partition, -1
+			code := topicCode
+			var part Partition
+			if code == 0 {
+				var err error
+				part, err = s.backend.Partition(ctx, name, p.Partition)
+				code = s.errorCode(err, "fetch: partition", "topic", name, "partition", p.Partition)
+			}
+			if code != 0 {
+				rp.ErrorCode = rq.note(code)
+			} else {
+				parts = append(parts, fetchPartition{
+					topic: len(resp.Topics), partition: len(rt.Partitions),
+					part: part, offset: p.FetchOffset, maxBytes: p.PartitionMaxBytes,
+				})
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+
+	maxBytes := req.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt32
+	}
+	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)
+	for {
+		total, failed := s.readPartitions(ctx, rq, resp, parts, maxBytes)
+		if failed || total >= int(req.MinBytes) || len(parts) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return resp
+		}
+		if !waitForData(ctx, parts, deadline) {
+			return resp
+		}
+	}
+}
+
+// readPartitions reads every partition into resp (replacing what an earlier
+// round read), returning the bytes read and whether any partition failed.
+func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.FetchResponse, parts []fetchPartition, maxBytes int32) (int, bool) {
+	total, failed := 0, false
+	for i := range parts {
+		fp := &parts[i]
+		rp := &resp.Topics[fp.topic].Partitions[fp.partition]
+		rp.RecordBatches = nil
+		limit := fp.maxBytes
+		if left := int64(maxBytes) - int64(total); int64(limit) > left {
+			limit = int32(max(left, 0))
+		}
+		if limit <= 0 && total > 0 {
+			// The response is full: report where the partition is, no data.
+			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = fp.part.HighWatermark(), fp.part.HighWatermark(), fp.part.LogStartOffset()
+			fp.highWatermark = rp.HighWatermark
+			continue
+		}
+		res, err := fp.part.Read(ctx, fp.offset, max(limit, 1))
+		if code := s.errorCode(err, "fetch: read", "partition", rp.Partition); code != 0 {
+			rp.ErrorCode = rq.note(code)
+			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = fp.part.HighWatermark(), fp.part.HighWatermark(), fp.part.LogStartOffset()
+			failed = true
+			continue
+		}
+		rp.ErrorCode = 0
+		rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+		fp.highWatermark = res.HighWatermark
+		if total > 0 && len(res.Records) > int(limit) {
+			continue // only the first partition with data may exceed the limits
+		}
+		rp.RecordBatches = res.Records
+		total += len(res.Records)
+	}
+	return total, failed
+}
+
+// waitForData blocks until a partition grows past what was read, the
+// deadline passes or ctx ends; it reports whether to read again.
+func waitForData(ctx context.Context, parts []fetchPartition, deadline time.Time) bool {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	cases := make([]reflect.SelectCase, 0, len(parts)+2)
+	cases = append(cases,
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
+	)
+	for i := range parts {
+		// Waiting past the high watermark read: a fetch offset below it
+		// whose data did not reach min_bytes is waiting for more data.
+		waitFrom := max(parts[i].offset, parts[i].highWatermark)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(parts[i].part.Wait(waitFrom))})
+	}
+	chosen, _, _ := reflect.Select(cases)
+	return chosen >= 2
+}

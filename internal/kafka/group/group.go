@@ -1,0 +1,409 @@
+// Package group is Quire's coordinator for Kafka classic consumer groups
+// (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and committed offsets
+// (OffsetCommit, OffsetFetch, OffsetDelete), plus the group admin requests
+// (ListGroups, DescribeGroups, DeleteGroups). It follows Apache Kafka's
+// GroupCoordinator (the classic protocol) closely, so that franz-go, the Java
+// client and librdkafka behave as they do against Kafka.
+//
+// It has two layers:
+//   - Group is the protocol core: a deterministic state machine with no
+//     goroutines, clocks or I/O. Requests go in with the time they arrived;
+//     responses come out at once or later (as Deliveries to the waiters of
+//     blocked JoinGroup/SyncGroup calls); offset changes come out as an
+//     OffsetWrite that must be made durable before it is applied and answered.
+//   - Coordinator is the shell that implements kafka.GroupCoordinator: one
+//     mutex per group, timers from a clock.Clock for session and rebalance
+//     timeouts, blocking calls on channels, and offsets persisted in the
+//     metadata store (one key per group, compare-and-swap on the version it
+//     last wrote, so a stale coordinator after a failover cannot overwrite).
+//
+// It never owns a group it is not told it owns (Config.Owns): requests for
+// other groups get NOT_COORDINATOR, and group membership is never persisted,
+// only committed offsets are.
+package group
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// State is a group's state, named as Kafka names it on the wire.
+type State int8
+
+const (
+	Empty State = iota
+	PreparingRebalance
+	CompletingRebalance
+	Stable
+	Dead
+)
+
+func (s State) String() string {
+	switch s {
+	case Empty:
+		return "Empty"
+	case PreparingRebalance:
+		return "PreparingRebalance"
+	case CompletingRebalance:
+		return "CompletingRebalance"
+	case Stable:
+		return "Stable"
+	case Dead:
+		return "Dead"
+	}
+	return fmt.Sprintf("State(%d)", int8(s))
+}
+
+// WaiterID names one blocked JoinGroup or SyncGroup call. The shell chooses
+// them (never 0) and routes Deliveries by them.
+type WaiterID uint64
+
+// Delivery is a response for a blocked call: exactly one of Join and Sync is set.
+type Delivery struct {
+	Waiter WaiterID
+	Join   *kmsg.JoinGroupResponse
+	Sync   *kmsg.SyncGroupResponse
+}
+
+// ClientInfo is what DescribeGroups shows of a member's connection.
+type ClientInfo struct {
+	ID   string
+	Host string
+}
+
+// GroupConfig holds the limits and policies of one group's state machine.
+type GroupConfig struct {
+	// InitialRebalanceDelay is Kafka's group.initial.rebalance.delay.ms: the
+	// first rebalance of an empty group waits this long for more members
+	// (extended while new members keep arriving, up to the rebalance
+	// timeout). 0 disables the delay.
+	InitialRebalanceDelay time.Duration
+	// MinSessionTimeout and MaxSessionTimeout bound the session timeouts
+	// members may ask for (INVALID_SESSION_TIMEOUT outside).
+	MinSessionTimeout time.Duration
+	MaxSessionTimeout time.Duration
+	// MaxMembers is Kafka's group.max.size (GROUP_MAX_SIZE_REACHED above it);
+	// it also bounds members that were handed a member id but have not joined.
+	MaxMembers int
+	// MaxMetadataBytes is offset.metadata.max.bytes (OFFSET_METADATA_TOO_LARGE).
+	MaxMetadataBytes int
+	// NewMemberID makes a fresh, unique member id for a client (Kafka uses
+	// clientID-UUID; static members instanceID-UUID).
+	NewMemberID func(prefix string) string
+}
+
+// member is one group member (dynamic or static).
+type member struct {
+	id         string
+	instanceID *string
+	client     ClientInfo
+
+	protocolType     string
+	protocols        []kmsg.JoinGroupRequestProtocol
+	sessionTimeout   time.Duration
+	rebalanceTimeout time.Duration
+
+	// joinWaiter is the blocked JoinGroup of this member; 0 when the member
+	// is not awaiting a join. Invariant: non-zero only in PreparingRebalance.
+	joinWaiter  WaiterID
+	joinVersion int16
+	// syncWaiter is the blocked SyncGroup; 0 when none. Invariant: non-zero
+	// only in CompletingRebalance.
+	syncWaiter  WaiterID
+	syncVersion int16
+
+	assignment []byte
+	// sessionDeadline: the member is removed if no heartbeat (or other
+	// proof of life) arrives before it, unless it is awaiting a join or sync
+	// (blocked members satisfy heartbeats, as in Kafka).
+	sessionDeadline time.Time
+}
+
+func (m *member) awaiting() bool { return m.joinWaiter != 0 || m.syncWaiter != 0 }
+
+func (m *member) isStatic() bool { return m.instanceID != nil }
+
+// metadata is the member's metadata for protocol name (nil if unsupported).
+func (m *member) metadata(protocol string) []byte {
+	for _, p := range m.protocols {
+		if p.Name == protocol {
+			return p.Metadata
+		}
+	}
+	return nil
+}
+
+// matches reports whether protocols are exactly the member's current ones.
+func (m *member) matches(protocols []kmsg.JoinGroupRequestProtocol) bool {
+	if len(protocols) != len(m.protocols) {
+		return false
+	}
+	for i := range protocols {
+		if protocols[i].Name != m.protocols[i].Name || string(protocols[i].Metadata) != string(m.protocols[i].Metadata) {
+			return false
+		}
+	}
+	return true
+}
+
+// Group is one consumer group's state machine. It is not safe for concurrent
+// use: the shell serializes calls. Every method that may answer a blocked
+// call leaves Deliveries to be taken with TakeDeliveries.
+type Group struct {
+	name string
+	cfg  GroupConfig
+
+	// exists: the group exists as Kafka sees it (created by a join or a
+	// simple commit, or loaded with offsets); false until then and after
+	// DeleteGroups. A non-existing group answers like Kafka's "no such group".
+	exists bool
+
+	state        State
+	generation   int32
+	protocolType string // set by the first member; kept when the group empties
+	protocol     string // selected at the last completed join; "" when Empty
+	leader       string
+
+	// members in join order; byID and static index them.
+	members []*member
+	byID    map[string]*member
+	static  map[string]string // group.instance.id → member id
+	// pending: member ids handed out with MEMBER_ID_REQUIRED, with the time
+	// they expire if the member does not join with them (KIP-394).
+	pending map[string]time.Time
+
+	// joinDeadline ends PreparingRebalance (the rebalance timeout, or the
+	// initial delay when initialDelay is set).
+	joinDeadline     time.Time
+	initialDelay     bool
+	initialRemaining time.Duration
+	newMemberAdded   bool
+
+	// pendingSync: members that must send SyncGroup for the current
+	// generation before syncDeadline, or be removed (Kafka 3.x DelayedSync).
+	pendingSync  map[string]struct{}
+	syncDeadline time.Time
+
+	// subscribed: topics the members' consumer metadata names; nil with
+	// subscribedKnown false means unknown (treated as subscribed to all).
+	subscribed      map[string]bool
+	subscribedKnown bool
+
+	offsets map[TopicPartition]Offset
+
+	deliveries []Delivery
+	events     []string
+}
+
+// NewGroup returns a group that does not exist yet (state Empty).
+func NewGroup(name string, cfg GroupConfig) *Group {
+	if cfg.NewMemberID == nil {
+		panic("group: GroupConfig.NewMemberID is required")
+	}
+	return &Group{
+		name:        name,
+		cfg:         cfg,
+		byID:        map[string]*member{},
+		static:      map[string]string{},
+		pending:     map[string]time.Time{},
+		pendingSync: map[string]struct{}{},
+		offsets:     map[TopicPartition]Offset{},
+	}
+}
+
+// Name is the group id.
+func (g *Group) Name() string { return g.name }
+
+// State is the group's current state.
+func (g *Group) State() State { return g.state }
+
+// Generation is the current generation id.
+func (g *Group) Generation() int32 { return g.generation }
+
+// Exists reports whether Kafka would consider the group to exist.
+func (g *Group) Exists() bool { return g.exists && g.state != Dead }
+
+// Leader is the leader's member id ("" when none).
+func (g *Group) Leader() string { return g.leader }
+
+// ProtocolType is the members' protocol type ("consumer" for consumers).
+func (g *Group) ProtocolType() string { return g.protocolType }
+
+// Protocol is the selected protocol (assignor) of the current generation.
+func (g *Group) Protocol() string { return g.protocol }
+
+// MemberIDs lists the members in join order.
+func (g *Group) MemberIDs() []string {
+	ids := make([]string, len(g.members))
+	for i, m := range g.members {
+		ids[i] = m.id
+	}
+	return ids
+}
+
+// Idle reports whether the group holds nothing worth keeping in memory: no
+// members, no pending members and no offsets.
+func (g *Group) Idle() bool {
+	return len(g.members) == 0 && len(g.pending) == 0 && len(g.offsets) == 0
+}
+
+// TakeDeliveries returns and forgets the responses for blocked calls.
+func (g *Group) TakeDeliveries() []Delivery {
+	d := g.deliveries
+	g.deliveries = nil
+	return d
+}
+
+// TakeEvents returns and forgets the log lines describing what happened
+// (rebalances, members added and removed), for the shell to log.
+func (g *Group) TakeEvents() []string {
+	e := g.events
+	g.events = nil
+	return e
+}
+
+func (g *Group) note(format string, args ...any) {
+	g.events = append(g.events, fmt.Sprintf(format, args...))
+}
+
+// NextDeadline is the earliest time Tick has something to do.
+func (g *Group) NextDeadline() (time.Time, bool) {
+	var next time.Time
+	consider := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for _, dl := range g.pending {
+		consider(dl)
+	}
+	for _, m := range g.members {
+		if !m.awaiting() {
+			consider(m.sessionDeadline)
+		}
+	}
+	if g.state == PreparingRebalance {
+		consider(g.joinDeadline)
+	}
+	if g.syncTimerActive() {
+		consider(g.syncDeadline)
+	}
+	return next, !next.IsZero()
+}
+
+func (g *Group) syncTimerActive() bool {
+	return (g.state == CompletingRebalance || g.state == Stable) && len(g.pendingSync) > 0
+}
+
+// Tick expires what is due at now: members handed an id that never joined,
+// members whose session timed out, the join phase of a rebalance and
+// members that never synced.
+func (g *Group) Tick(now time.Time) {
+	if g.state == Dead {
+		return
+	}
+	expiredPending := false
+	for id, dl := range g.pending {
+		if !now.Before(dl) {
+			delete(g.pending, id)
+			expiredPending = true
+			g.note("pending member %s expired", id)
+		}
+	}
+	if expiredPending {
+		g.maybeCompleteJoin(now)
+	}
+	for _, m := range append([]*member(nil), g.members...) {
+		if g.byID[m.id] == m && !m.awaiting() && !now.Before(m.sessionDeadline) {
+			g.note("member %s session timed out", m.id)
+			g.removeMemberAndUpdate(now, m)
+		}
+	}
+	if g.state == PreparingRebalance && !now.Before(g.joinDeadline) {
+		if g.initialDelay && g.newMemberAdded && g.initialRemaining > 0 {
+			// Kafka's InitialDelayedJoin: members keep arriving, wait
+			// once more (up to what is left of the rebalance timeout).
+			delay := min(g.cfg.InitialRebalanceDelay, g.initialRemaining)
+			g.initialRemaining -= delay
+			g.newMemberAdded = false
+			g.joinDeadline = now.Add(delay)
+		} else {
+			g.completeJoin(now)
+		}
+	}
+	if g.syncTimerActive() && !now.Before(g.syncDeadline) {
+		var late []*member
+		for _, m := range g.members {
+			if _, ok := g.pendingSync[m.id]; ok {
+				late = append(late, m)
+			}
+		}
+		for _, m := range late {
+			g.note("member %s did not sync in time", m.id)
+			g.removeMember(m)
+		}
+		g.prepareRebalance(now, "members did not sync in time")
+	}
+}
+
+// Unload answers every blocked call with NOT_COORDINATOR and kills the group:
+// this broker no longer coordinates it.
+func (g *Group) Unload() {
+	for _, m := range g.members {
+		g.answerWaiters(m, kerr.NotCoordinator)
+	}
+	g.state = Dead
+}
+
+// rebalanceTimeout is the longest rebalance timeout of the members.
+func (g *Group) rebalanceTimeout() time.Duration {
+	var d time.Duration
+	for _, m := range g.members {
+		d = max(d, m.rebalanceTimeout)
+	}
+	return d
+}
+
+// answerWaiters fails the member's blocked calls with err.
+func (g *Group) answerWaiters(m *member, err *kerr.Error) {
+	if m.joinWaiter != 0 {
+		g.deliveries = append(g.deliveries, Delivery{Waiter: m.joinWaiter, Join: joinError(m.joinVersion, m.id, err)})
+		m.joinWaiter = 0
+	}
+	if m.syncWaiter != 0 {
+		g.deliveries = append(g.deliveries, Delivery{Waiter: m.syncWaiter, Sync: syncError(m.syncVersion, err)})
+		m.syncWaiter = 0
+	}
+}
+
+// validateMember is Kafka's validateCurrentMember: if instanceID is given it
+// must map to memberID (FENCED_INSTANCE_ID otherwise), and memberID must be a
+// member (UNKNOWN_MEMBER_ID).
+func (g *Group) validateMember(memberID string, instanceID *string) *kerr.Error {
+	if instanceID != nil {
+		current, ok := g.static[*instanceID]
+		if !ok {
+			return kerr.UnknownMemberID
+		}
+		if current != memberID {
+			return kerr.FencedInstanceID
+		}
+		return nil
+	}
+	if g.byID[memberID] == nil {
+		return kerr.UnknownMemberID
+	}
+	return nil
+}
+
+func millis(ms int32) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+func errCode(err *kerr.Error) int16 {
+	if err == nil {
+		return 0
+	}
+	return err.Code
+}

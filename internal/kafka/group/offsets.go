@@ -1,0 +1,393 @@
+package group
+
+// OffsetCommit v0–v9, OffsetFetch v0–v9, OffsetDelete v0, DeleteGroups v0–v2
+// on the state machine. Committed offsets change only through an OffsetWrite
+// that the shell makes durable first (ApplyWrite after the store write).
+//
+// Deviations from Kafka:
+//   - Topic ids (OffsetCommit v10+, OffsetFetch v10+) are not resolved: the
+//     front end must not advertise those versions.
+//   - Topics are not checked for existence (Kafka answers
+//     UNKNOWN_TOPIC_OR_PARTITION for unknown ones); offsets for any name are kept.
+//   - Offsets do not expire (offsets.retention.minutes); DeleteGroups and
+//     OffsetDelete remove them.
+//   - RequireStable is ignored: there are no transactions.
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TopicPartition names one partition of one topic.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Offset is one committed offset.
+type Offset struct {
+	Offset      int64
+	LeaderEpoch int32 // -1: unknown
+	Metadata    string
+	// CommitMillis is when it was committed (Unix ms); ExpireMillis the
+	// client's requested expiry (OffsetCommit v1–v4), -1 when none.
+	CommitMillis int64
+	ExpireMillis int64
+}
+
+// OffsetWrite is a change to a group's committed offsets, to be made durable
+// before ApplyWrite and before the request it came from is answered.
+type OffsetWrite struct {
+	Set    map[TopicPartition]Offset
+	Delete []TopicPartition
+	// DeleteGroup removes the group with all its offsets (DeleteGroups).
+	DeleteGroup bool
+
+	// commitIndexes locate the accepted partitions in the OffsetCommit
+	// response, to fail them if the write fails.
+	commitIndexes [][2]int
+	// deleteIndexes likewise for OffsetDelete.
+	deleteIndexes [][2]int
+}
+
+// ValidateCommit checks an OffsetCommit. The response carries the error of
+// every rejected partition; the accepted ones are in the write (nil when
+// none), answered with no error once it is durable, or failed with FailCommit.
+func (g *Group) ValidateCommit(now time.Time, req *kmsg.OffsetCommitRequest) (*kmsg.OffsetCommitResponse, *OffsetWrite) {
+	resp := kmsg.NewPtrOffsetCommitResponse()
+	resp.Version = req.Version
+	for _, t := range req.Topics {
+		rt := kmsg.OffsetCommitResponseTopic{Topic: t.Topic, TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			rt.Partitions = append(rt.Partitions, kmsg.OffsetCommitResponseTopicPartition{Partition: p.Partition})
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	generation, memberID, instanceID := req.Generation, req.MemberID, req.InstanceID
+	if req.Version == 0 {
+		generation, memberID, instanceID = -1, "", nil
+	}
+	if err := g.validateCommit(now, generation, memberID, instanceID); err != nil {
+		FailCommit(resp, nil, err)
+		return resp, nil
+	}
+	w := &OffsetWrite{Set: map[TopicPartition]Offset{}}
+	nowMillis := now.UnixMilli()
+	for ti, t := range req.Topics {
+		for pi, p := range t.Partitions {
+			metadata := ""
+			if p.Metadata != nil {
+				metadata = *p.Metadata
+			}
+			if len(metadata) > g.cfg.MaxMetadataBytes {
+				resp.Topics[ti].Partitions[pi].ErrorCode = kerr.OffsetMetadataTooLarge.Code
+				continue
+			}
+			o := Offset{Offset: p.Offset, LeaderEpoch: -1, Metadata: metadata, CommitMillis: nowMillis, ExpireMillis: -1}
+			if req.Version >= 6 {
+				o.LeaderEpoch = p.LeaderEpoch
+			}
+			if req.Version == 1 && p.Timestamp >= 0 {
+				o.CommitMillis = p.Timestamp
+			}
+			if req.Version >= 2 && req.Version <= 4 && req.RetentionTimeMillis >= 0 {
+				o.ExpireMillis = nowMillis + req.RetentionTimeMillis
+			}
+			w.Set[TopicPartition{t.Topic, p.Partition}] = o
+			w.commitIndexes = append(w.commitIndexes, [2]int{ti, pi})
+		}
+	}
+	if len(w.Set) == 0 {
+		return resp, nil
+	}
+	return resp, w
+}
+
+// validateCommit is Kafka's validateOffsetCommit plus the state checks.
+func (g *Group) validateCommit(now time.Time, generation int32, memberID string, instanceID *string) *kerr.Error {
+	if !g.exists {
+		if generation < 0 {
+			return nil // a simple (standalone) commit creates the group
+		}
+		return kerr.IllegalGeneration
+	}
+	if g.state == Dead {
+		return kerr.CoordinatorNotAvailable
+	}
+	if generation >= 0 || memberID != "" || instanceID != nil {
+		if err := g.validateMember(memberID, instanceID); err != nil {
+			return err
+		}
+		if generation != g.generation {
+			return kerr.IllegalGeneration
+		}
+	} else if len(g.members) > 0 {
+		// Only members commit for a group that has members.
+		return kerr.UnknownMemberID
+	}
+	switch g.state {
+	case CompletingRebalance:
+		// The member has the new generation but no assignment yet.
+		return kerr.RebalanceInProgress
+	case Stable, PreparingRebalance:
+		if m := g.byID[memberID]; m != nil {
+			m.sessionDeadline = now.Add(m.sessionTimeout)
+		}
+	}
+	return nil
+}
+
+// FailCommit sets err on the partitions of the write (every partition when w is nil).
+func FailCommit(resp *kmsg.OffsetCommitResponse, w *OffsetWrite, err *kerr.Error) {
+	if w == nil {
+		for ti := range resp.Topics {
+			for pi := range resp.Topics[ti].Partitions {
+				resp.Topics[ti].Partitions[pi].ErrorCode = err.Code
+			}
+		}
+		return
+	}
+	for _, ix := range w.commitIndexes {
+		resp.Topics[ix[0]].Partitions[ix[1]].ErrorCode = err.Code
+	}
+}
+
+// ApplyWrite applies a write that is now durable.
+func (g *Group) ApplyWrite(w *OffsetWrite) {
+	if w.DeleteGroup {
+		clear(g.offsets)
+		g.exists = false
+		g.state = Dead
+		return
+	}
+	for tp, o := range w.Set {
+		g.offsets[tp] = o
+	}
+	for _, tp := range w.Delete {
+		delete(g.offsets, tp)
+	}
+	if len(w.Set) > 0 {
+		g.exists = true
+	}
+	if len(w.Delete) > 0 && g.state == Empty && len(g.offsets) == 0 && len(g.members) == 0 {
+		// Kafka removes an empty group whose last offsets were deleted.
+		g.exists = false
+	}
+}
+
+// LoadOffsets replaces the committed offsets with what the store holds.
+func (g *Group) LoadOffsets(offsets map[TopicPartition]Offset, protocolType string) {
+	g.offsets = offsets
+	if len(offsets) > 0 && !g.exists {
+		g.exists = true
+		if g.protocolType == "" {
+			g.protocolType = protocolType
+		}
+	}
+}
+
+// Committed returns the committed offset of one partition.
+func (g *Group) Committed(tp TopicPartition) (Offset, bool) {
+	o, ok := g.offsets[tp]
+	return o, ok
+}
+
+// FetchTopic is one topic of an OffsetFetch: partitions nil means all the
+// group has for the topic.
+type FetchTopic struct {
+	Topic      string
+	Partitions []int32
+}
+
+// FetchedPartition is one answered partition; Offset -1 when none is committed.
+type FetchedPartition struct {
+	Partition   int32
+	Offset      int64
+	LeaderEpoch int32
+	Metadata    string
+}
+
+// FetchedTopic is one answered topic.
+type FetchedTopic struct {
+	Topic      string
+	Partitions []FetchedPartition
+}
+
+// Fetch answers OffsetFetch for the named topics (all committed offsets when
+// topics is nil). Unknown groups and partitions get offset -1 with no error,
+// as in Kafka.
+func (g *Group) Fetch(topics []FetchTopic) []FetchedTopic {
+	known := g.Exists()
+	if topics == nil {
+		if !known {
+			return nil
+		}
+		byTopic := map[string][]FetchedPartition{}
+		for tp, o := range g.offsets {
+			byTopic[tp.Topic] = append(byTopic[tp.Topic], FetchedPartition{tp.Partition, o.Offset, o.LeaderEpoch, o.Metadata})
+		}
+		names := make([]string, 0, len(byTopic))
+		for name := range byTopic {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		out := make([]FetchedTopic, 0, len(names))
+		for _, name := range names {
+			ps := byTopic[name]
+			sort.Slice(ps, func(i, j int) bool { return ps[i].Partition < ps[j].Partition })
+			out = append(out, FetchedTopic{name, ps})
+		}
+		return out
+	}
+	out := make([]FetchedTopic, 0, len(topics))
+	for _, t := range topics {
+		ft := FetchedTopic{Topic: t.Topic, Partitions: []FetchedPartition{}}
+		for _, p := range t.Partitions {
+			fp := FetchedPartition{Partition: p, Offset: -1, LeaderEpoch: -1}
+			if o, ok := g.offsets[TopicPartition{t.Topic, p}]; ok && known {
+				fp.Offset, fp.LeaderEpoch, fp.Metadata = o.Offset, o.LeaderEpoch, o.Metadata
+			}
+			ft.Partitions = append(ft.Partitions, fp)
+		}
+		out = append(out, ft)
+	}
+	return out
+}
+
+// DeleteOffsets handles OffsetDelete: only offsets of topics no member is
+// subscribed to may go (GROUP_SUBSCRIBED_TO_TOPIC otherwise).
+func (g *Group) DeleteOffsets(req *kmsg.OffsetDeleteRequest) (*kmsg.OffsetDeleteResponse, *OffsetWrite) {
+	resp := kmsg.NewPtrOffsetDeleteResponse()
+	resp.Version = req.Version
+	if !g.Exists() {
+		resp.ErrorCode = kerr.GroupIDNotFound.Code
+		return resp, nil
+	}
+	subscribed := func(string) bool { return false }
+	switch g.state {
+	case Empty:
+	case PreparingRebalance, CompletingRebalance, Stable:
+		if g.protocolType != "consumer" {
+			resp.ErrorCode = kerr.NonEmptyGroup.Code
+			return resp, nil
+		}
+		subscribed = func(topic string) bool { return !g.subscribedKnown || g.subscribed[topic] }
+	}
+	w := &OffsetWrite{}
+	for ti, t := range req.Topics {
+		rt := kmsg.OffsetDeleteResponseTopic{Topic: t.Topic}
+		for pi, p := range t.Partitions {
+			rp := kmsg.OffsetDeleteResponseTopicPartition{Partition: p.Partition}
+			if subscribed(t.Topic) {
+				rp.ErrorCode = kerr.GroupSubscribedToTopic.Code
+			} else {
+				w.Delete = append(w.Delete, TopicPartition{t.Topic, p.Partition})
+				w.deleteIndexes = append(w.deleteIndexes, [2]int{ti, pi})
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if len(w.Delete) == 0 {
+		return resp, nil
+	}
+	return resp, w
+}
+
+// FailDelete sets err on the partitions of an OffsetDelete write.
+func FailDelete(resp *kmsg.OffsetDeleteResponse, w *OffsetWrite, err *kerr.Error) {
+	for _, ix := range w.deleteIndexes {
+		resp.Topics[ix[0]].Partitions[ix[1]].ErrorCode = err.Code
+	}
+}
+
+// DeleteGroup handles one group of DeleteGroups: only empty groups go.
+func (g *Group) DeleteGroup() (*OffsetWrite, *kerr.Error) {
+	if !g.Exists() {
+		return nil, kerr.GroupIDNotFound
+	}
+	if g.state != Empty {
+		return nil, kerr.NonEmptyGroup
+	}
+	return &OffsetWrite{DeleteGroup: true}, nil
+}
+
+// storedGroup is the value of a group's key in the metadata store.
+type storedGroup struct {
+	// Format is 1.
+	Format       int            `json:"format"`
+	ProtocolType string         `json:"protocolType,omitempty"`
+	Offsets      []storedOffset `json:"offsets"`
+}
+
+type storedOffset struct {
+	Topic        string `json:"topic"`
+	Partition    int32  `json:"partition"`
+	Offset       int64  `json:"offset"`
+	LeaderEpoch  int32  `json:"leaderEpoch"`
+	Metadata     string `json:"metadata,omitempty"`
+	CommitMillis int64  `json:"commitMs"`
+	ExpireMillis int64  `json:"expireMs,omitempty"`
+}
+
+// EncodeWith is the store value the group's offsets have once w is applied,
+// or nil when none remain (the key is then deleted).
+func (g *Group) EncodeWith(w *OffsetWrite) ([]byte, error) {
+	if w.DeleteGroup {
+		return nil, nil
+	}
+	next := make(map[TopicPartition]Offset, len(g.offsets)+len(w.Set))
+	for tp, o := range g.offsets {
+		next[tp] = o
+	}
+	for tp, o := range w.Set {
+		next[tp] = o
+	}
+	for _, tp := range w.Delete {
+		delete(next, tp)
+	}
+	if len(next) == 0 {
+		return nil, nil
+	}
+	return encodeOffsets(next, g.protocolType)
+}
+
+func encodeOffsets(offsets map[TopicPartition]Offset, protocolType string) ([]byte, error) {
+	doc := storedGroup{Format: 1, ProtocolType: protocolType, Offsets: make([]storedOffset, 0, len(offsets))}
+	for tp, o := range offsets {
+		doc.Offsets = append(doc.Offsets, storedOffset{tp.Topic, tp.Partition, o.Offset, o.LeaderEpoch, o.Metadata, o.CommitMillis, o.ExpireMillis})
+	}
+	sort.Slice(doc.Offsets, func(i, j int) bool {
+		a, b := doc.Offsets[i], doc.Offsets[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		return a.Partition < b.Partition
+	})
+	return json.Marshal(doc)
+}
+
+// decodeOffsets parses a store value.
+func decodeOffsets(value []byte) (map[TopicPartition]Offset, string, error) {
+	var doc storedGroup
+	if err := json.Unmarshal(value, &doc); err != nil {
+		return nil, "", fmt.Errorf("decode group offsets: %w", err)
+	}
+	if doc.Format != 1 {
+		return nil, "", fmt.Errorf("decode group offsets: unknown format %d", doc.Format)
+	}
+	out := make(map[TopicPartition]Offset, len(doc.Offsets))
+	for _, o := range doc.Offsets {
+		expire := o.ExpireMillis
+		if expire == 0 {
+			expire = -1
+		}
+		out[TopicPartition{o.Topic, o.Partition}] = Offset{o.Offset, o.LeaderEpoch, o.Metadata, o.CommitMillis, expire}
+	}
+	return out, doc.ProtocolType, nil
+}

@@ -1,0 +1,157 @@
+package kafka
+
+// Produce (key 0), versions 3–13.
+//
+// The submit phase checks every partition's records (records.go), finds the
+// Partition and calls Append for each batch in the order they came, so
+// pipelined produces keep their order; the finish phase waits for the
+// results. v13 addresses topics by ID (the topic-ID cache resolves them).
+//
+// acks must be 0, 1 or −1 (else INVALID_REQUIRED_ACKS on every partition).
+// Both 1 and −1 wait for Append's result, which in ledger mode comes once the
+// batch is durable. acks=0 gets no response, but its appends are still
+// awaited in order; if any failed, the connection is closed so the producer
+// notices (as Kafka does). timeout_ms > 0 bounds the wait
+// (REQUEST_TIMED_OUT); ≤ 0 waits as long as the connection lives.
+//
+// Deviations: several batches for one partition are accepted (Kafka ≥ 3
+// allows one) and appended in order; the response's base offset is the
+// first batch's. Transactional produce (a transactional id) answers
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition: transactions are
+// not advertised. Batches marked transactional or control answer
+// INVALID_RECORD. The size limit checked here is Backend.MaxMessageBytes per
+// batch; a topic's own max.message.bytes is for the Partition to enforce.
+// No error_records, no current-leader hints (NOT_LEADER_OR_FOLLOWER makes
+// clients refresh metadata). Throttle is always 0.
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// pendingAppend is one partition's submitted appends.
+type pendingAppend struct {
+	topic, partition int // indexes into the response
+	results          []<-chan AppendResult
+}
+
+func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
+	req := rq.kreq.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+
+	var requestCode int16
+	switch {
+	case req.TransactionID != nil:
+		requestCode = kerr.TransactionalIDAuthorizationFailed.Code
+	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
+		requestCode = kerr.InvalidRequiredAcks.Code
+	}
+	maxBytes := s.backend.MaxMessageBytes()
+
+	var pending []pendingAppend
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
+		name, topicCode := t.Topic, requestCode
+		if req.Version >= 13 && topicCode == 0 {
+			var ok bool
+			if name, ok = s.topicIDs.name(ctx, t.TopicID); !ok {
+				topicCode = kerr.UnknownTopicID.Code
+			}
+		}
+		for _, p := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+			code := topicCode
+			var batches [][]byte
+			if code == 0 {
+				batches, code = splitBatches(p.Records, maxBytes)
+			}
+			var part Partition
+			if code == 0 {
+				var err error
+				part, err = s.backend.Partition(ctx, name, p.Partition)
+				code = s.errorCode(err, "produce: partition", "topic", name, "partition", p.Partition)
+			}
+			if code != 0 {
+				rp.ErrorCode = rq.note(code)
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			}
+			pa := pendingAppend{topic: len(resp.Topics), partition: len(rt.Partitions)}
+			for _, b := range batches {
+				pa.results = append(pa.results, part.Append(b))
+			}
+			pending = append(pending, pa)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+
+	return func(ctx context.Context) kmsg.Response {
+		waitCtx := ctx
+		if req.TimeoutMillis > 0 {
+			var cancel context.CancelFunc
+			waitCtx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
+			defer cancel()
+		}
+		for _, pa := range pending {
+			rp := &resp.Topics[pa.topic].Partitions[pa.partition]
+			for i, ch := range pa.results {
+				var res AppendResult
+				timedOut := false
+				select {
+				case res = <-ch:
+				case <-waitCtx.Done():
+					timedOut = true
+					drainAppends(pa.results[i:])
+					if ctx.Err() != nil {
+						return nil // the connection is gone
+					}
+					if rp.ErrorCode == 0 {
+						rp.ErrorCode = rq.note(kerr.RequestTimedOut.Code)
+						rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+					}
+				}
+				if timedOut {
+					break // timed out: the rest are drained
+				}
+				if rp.ErrorCode != 0 {
+					continue // an earlier batch failed; the partition answers that
+				}
+				if code := s.errorCode(res.Err, "produce: append", "partition", rp.Partition); code != 0 {
+					rp.ErrorCode = rq.note(code)
+					rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+					continue
+				}
+				if i == 0 {
+					rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = res.BaseOffset, res.LogAppendTime, res.LogStartOffset
+				}
+			}
+		}
+		if req.Acks == 0 {
+			if rq.errCode != 0 {
+				rq.closeAfter = true
+			}
+			return nil
+		}
+		return resp
+	}
+}
+
+// drainAppends receives the results nobody waits for any more, so a
+// Partition that answers on unbuffered channels is never left blocked.
+func drainAppends(results []<-chan AppendResult) {
+	if len(results) == 0 {
+		return
+	}
+	go func() {
+		for _, ch := range results {
+			<-ch
+		}
+	}()
+}

@@ -1,0 +1,36 @@
+package kafka
+
+// InitProducerId (key 22), versions 0–5.
+//
+// A null transactional id allocates an idempotent producer id (epoch 0)
+// from Backend.InitProducerID. Deviations: a transactional id answers
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactions are not advertised,
+// and clients treat it as fatal instead of retrying); a v3+ request naming
+// an existing producer id and epoch (KIP-360 epoch bump) gets a new id
+// rather than a bumped epoch, which idempotent producers accept.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func handleInitProducerID(s *Server, _ context.Context, rq *request) finishFunc {
+	req := rq.kreq.(*kmsg.InitProducerIDRequest)
+	return func(ctx context.Context) kmsg.Response {
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ProducerID, resp.ProducerEpoch = -1, -1
+		if req.TransactionalID != nil {
+			resp.ErrorCode = rq.note(kerr.TransactionalIDAuthorizationFailed.Code)
+			return resp
+		}
+		id, epoch, err := s.backend.InitProducerID(ctx)
+		if code := s.errorCode(err, "init producer id"); code != 0 {
+			resp.ErrorCode = rq.note(code)
+			return resp
+		}
+		resp.ProducerID, resp.ProducerEpoch = id, epoch
+		return resp
+	}
+}

@@ -1,0 +1,570 @@
+// Package kafka is Quire's Kafka wire-protocol front end: it reads
+// size-prefixed request frames, decodes them with franz-go's kmsg, serves
+// them from a Backend (backend.go) and writes the responses back in request
+// order. It owns bytes, versions and dispatch; it must never own data: every
+// topic, partition, producer id and group lives behind Backend.
+//
+// Each connection has a reader and a writer goroutine. The reader decodes a
+// request and runs its synchronous "submit" phase (Produce hands every batch
+// to Partition.Append here, so appends keep the order requests arrived in),
+// which returns a "finish" function. The writer runs the finish functions one
+// after another, in request order, and writes their responses; a slow
+// finish (an acks=all produce, a long-polling fetch) therefore delays the
+// responses behind it, as Kafka's one-request-at-a-time order requires, but
+// not the decoding and submitting of the requests behind it. At most
+// MaxInFlightPerConn requests are between the two at once.
+package kafka
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Defaults for the zero values of Config's limits.
+const (
+	DefaultMaxFrameBytes      = 100 << 20 // Kafka's socket.request.max.bytes
+	DefaultMaxConnections     = 10_000
+	DefaultMaxInFlightPerConn = 32
+)
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("kafka: server closed")
+
+// Config configures a Server.
+type Config struct {
+	Backend Backend
+	// Addr is where ListenAndServe listens (host:port).
+	Addr   string
+	Logger *slog.Logger // nil: slog.Default()
+	// MaxFrameBytes bounds one request frame; a larger (or negative) size
+	// prefix closes the connection.
+	MaxFrameBytes int32
+	// MaxConnections bounds open connections; more are closed at accept.
+	MaxConnections int
+	// MaxInFlightPerConn bounds requests read but not yet answered on one
+	// connection; the reader stops reading at the bound.
+	MaxInFlightPerConn int
+	// Registerer receives the front end's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// Server serves the Kafka protocol from a Backend.
+type Server struct {
+	backend  Backend
+	log      *slog.Logger
+	metrics  *metrics
+	versions [kmsg.MaxKey + 1]versionRange
+	topicIDs topicIDCache
+
+	maxFrameBytes  int32
+	maxConnections int
+	maxInFlight    int
+	addr           string
+
+	ctx    context.Context // canceled by Close; parent of every connection's
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	wg        sync.WaitGroup // Serve loops and connections
+}
+
+// New returns a server for cfg; it registers its metrics if cfg.Registerer
+// is set.
+func New(cfg Config) (*Server, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("kafka: Config.Backend is nil")
+	}
+	s := &Server{
+		backend:        cfg.Backend,
+		log:            cfg.Logger,
+		maxFrameBytes:  cfg.MaxFrameBytes,
+		maxConnections: cfg.MaxConnections,
+		maxInFlight:    cfg.MaxInFlightPerConn,
+		addr:           cfg.Addr,
+		listeners:      make(map[net.Listener]struct{}),
+		conns:          make(map[*conn]struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("component", "kafka")
+	if s.maxFrameBytes <= 0 {
+		s.maxFrameBytes = DefaultMaxFrameBytes
+	}
+	if s.maxConnections <= 0 {
+		s.maxConnections = DefaultMaxConnections
+	}
+	if s.maxInFlight <= 0 {
+		s.maxInFlight = DefaultMaxInFlightPerConn
+	}
+	s.versions = supportedVersions(cfg.Backend.Groups() != nil)
+	s.metrics = newMetrics()
+	if cfg.Registerer != nil {
+		if err := s.metrics.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("kafka: register metrics: %w", err)
+		}
+	}
+	s.topicIDs.backend = cfg.Backend
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// ListenAndServe listens on Config.Addr and serves until Close.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("kafka: listen %s: %w", s.addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts connections on ln until Close (then it returns
+// ErrServerClosed) or until ln fails. It closes ln.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Temporary accept failures (EMFILE and friends): back off
+				// rather than spin, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("kafka: accept: %w", err)
+		}
+		backoff = 0
+		s.startConn(nc)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *Server) startConn(nc net.Conn) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if len(s.conns) >= s.maxConnections {
+		s.mu.Unlock()
+		s.log.Warn("too many connections; closing new one", "remote", nc.RemoteAddr(), "max", s.maxConnections)
+		s.metrics.connectionsRejected.Inc()
+		nc.Close()
+		return
+	}
+	c := newConn(s, nc)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.metrics.connections.Inc()
+	go func() {
+		defer s.wg.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.metrics.connections.Dec()
+	}()
+}
+
+// Close stops accepting, closes every connection (requests being finished
+// see their context canceled) and waits for all goroutines to end.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	for _, c := range conns {
+		c.abort()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// A finishFunc completes a request (in request order, on the writer) and
+// returns its response, or nil for none (acks=0 produce).
+type finishFunc func(ctx context.Context) kmsg.Response
+
+// A handler decodes nothing (the server did) and runs a request's submit
+// phase; it may do all its work here and return a finish that just returns
+// the response.
+type handler func(s *Server, ctx context.Context, rq *request) finishFunc
+
+// request is one decoded request as handlers see it.
+type request struct {
+	key           int16
+	version       int16
+	correlationID int32
+	clientID      *string
+	kreq          kmsg.Request
+	// errCode is the first non-zero error code the handler put in the
+	// response (for the requests metric). Written by the submit phase,
+	// then by the finish phase; the queue between them orders the writes.
+	errCode int16
+	// closeAfter closes the connection once the request is finished
+	// (an acks=0 produce that failed).
+	closeAfter bool
+}
+
+func (rq *request) note(code int16) int16 {
+	if rq.errCode == 0 {
+		rq.errCode = code
+	}
+	return code
+}
+
+// inflight is a request between the reader and the writer.
+type inflight struct {
+	rq       *request
+	received time.Time
+	finish   finishFunc
+	// v0Header forces a non-flexible response header (ApiVersions).
+	flexibleHeader bool
+}
+
+// errCloseAfter asks the writer to close the connection after a request.
+var errCloseAfter = errors.New("request asks to close the connection")
+
+// errProtocol marks frames after which the connection must close.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return e.msg }
+
+func protocolErrorf(format string, args ...any) error {
+	return &protocolError{msg: fmt.Sprintf(format, args...)}
+}
+
+// submit parses one frame's header and body and runs the request's submit
+// phase. An error means the connection must close.
+func (s *Server) submit(ctx context.Context, frame []byte) (item *inflight, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic decoding or submitting a request", "panic", r, "stack", string(debug.Stack()))
+			item, err = nil, protocolErrorf("panic in submit: %v", r)
+		}
+	}()
+	received := time.Now()
+	r := kbin.Reader{Src: frame}
+	key, version, correlationID := r.Int16(), r.Int16(), r.Int32()
+	if !r.Ok() {
+		return nil, protocolErrorf("frame of %d bytes too short for a request header", len(frame))
+	}
+	rq := &request{key: key, version: version, correlationID: correlationID}
+	// Every request header we accept is v1 or v2: a nullable (never
+	// compact, even in v2) client id. Only ControlledShutdown v0 used v0,
+	// and we do not serve it.
+	rq.clientID = r.NullableString()
+	supported := s.versionRange(key)
+	if key == int16(kmsg.ApiVersions) && (version < supported.min || version > supported.max) {
+		// KIP-511: an ApiVersions version we do not know gets a v0
+		// response with UNSUPPORTED_VERSION and our versions, so the
+		// client can retry with one we do. Its body (and any header tags
+		// of a newer header) is not read.
+		s.metrics.request(apiName(key), kerr.UnsupportedVersion.Code, 0)
+		return &inflight{rq: rq, received: received, finish: func(context.Context) kmsg.Response {
+			rq.note(kerr.UnsupportedVersion.Code)
+			return s.apiVersionsResponse(0, kerr.UnsupportedVersion.Code)
+		}}, nil
+	}
+	if supported.max < 0 || version < supported.min || version > supported.max {
+		s.metrics.unsupported.Inc()
+		return nil, protocolErrorf("unsupported request %s (key %d) version %d", apiName(key), key, version)
+	}
+	kreq := kmsg.RequestForKey(key)
+	kreq.SetVersion(version)
+	if kreq.IsFlexible() {
+		kmsg.SkipTags(&r)
+	}
+	if err := r.Complete(); err != nil {
+		return nil, protocolErrorf("%s v%d: truncated request header", apiName(key), version)
+	}
+	if err := kreq.ReadFrom(r.Src); err != nil {
+		return nil, protocolErrorf("%s v%d: decode body of %d bytes: %v", apiName(key), version, len(r.Src), err)
+	}
+	rq.kreq = kreq
+	h := handlers[key]
+	if h == nil {
+		// versionRange advertised a key without a handler: a bug here.
+		return nil, protocolErrorf("no handler for %s", apiName(key))
+	}
+	return &inflight{
+		rq:             rq,
+		received:       received,
+		finish:         h(s, ctx, rq),
+		flexibleHeader: kreq.IsFlexible() && key != int16(kmsg.ApiVersions),
+	}, nil
+}
+
+// complete runs a request's finish phase and appends its response frame to
+// dst; it returns dst unchanged when there is no response.
+func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic finishing a request", "api", apiName(item.rq.key), "panic", r, "stack", string(debug.Stack()))
+			out, err = dst, protocolErrorf("panic in finish: %v", r)
+		}
+	}()
+	resp := item.finish(ctx)
+	s.metrics.request(apiName(item.rq.key), item.rq.errCode, time.Since(item.received))
+	if item.rq.closeAfter {
+		return dst, errCloseAfter
+	}
+	if resp == nil {
+		return dst, nil
+	}
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(item.rq.correlationID))
+	if item.flexibleHeader {
+		dst = append(dst, 0) // no header tags
+	}
+	dst = resp.AppendTo(dst)
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
+	return dst, nil
+}
+
+// conn is one client connection.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	remote string
+	ctx    context.Context
+	cancel context.CancelFunc
+	queue  chan *inflight
+	// slots bounds requests between reading and answering.
+	slots     chan struct{}
+	abortOnce sync.Once
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &conn{
+		s:      s,
+		nc:     nc,
+		remote: nc.RemoteAddr().String(),
+		ctx:    ctx,
+		cancel: cancel,
+		queue:  make(chan *inflight, s.maxInFlight),
+		slots:  make(chan struct{}, s.maxInFlight),
+	}
+}
+
+// abort closes the connection at once: unread requests are dropped, the
+// ones in flight see their context canceled.
+func (c *conn) abort() {
+	c.abortOnce.Do(func() {
+		c.cancel()
+		c.nc.Close()
+	})
+}
+
+func (c *conn) serve() {
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	c.readLoop()
+	<-writerDone
+	c.abort()
+}
+
+func (c *conn) readLoop() {
+	defer close(c.queue)
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	var sizeBuf [4]byte
+	for {
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+		if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
+			if !errors.Is(err, io.EOF) && c.ctx.Err() == nil {
+				c.s.log.Debug("connection read failed", "remote", c.remote, "err", err)
+			}
+			if errors.Is(err, io.EOF) {
+				return // the client closed; the writer answers what it sent
+			}
+			c.abort()
+			return
+		}
+		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
+		if size < 0 || size > c.s.maxFrameBytes {
+			c.s.log.Warn("request frame size out of bounds; closing connection", "remote", c.remote, "size", size, "max", c.s.maxFrameBytes)
+			c.s.metrics.closed("frame_size")
+			c.abort()
+			return
+		}
+		frame, err := readFrame(br, int(size))
+		if err != nil {
+			c.s.log.Debug("connection closed mid-frame", "remote", c.remote, "err", err)
+			c.abort()
+			return
+		}
+		item, err := c.s.submit(c.ctx, frame)
+		if err != nil {
+			c.s.log.Warn("bad request; closing connection", "remote", c.remote, "err", err)
+			c.s.metrics.closed("bad_request")
+			c.abort()
+			return
+		}
+		// The queue has as many slots as c.slots, so this never blocks.
+		c.queue <- item
+	}
+}
+
+// readFrame reads size bytes, growing the buffer as data arrives so a
+// client that announces a large frame and sends little holds little memory.
+func readFrame(r io.Reader, size int) ([]byte, error) {
+	const chunk = 1 << 20
+	if size <= chunk {
+		frame := make([]byte, size)
+		_, err := io.ReadFull(r, frame)
+		return frame, err
+	}
+	frame := make([]byte, 0, chunk)
+	for len(frame) < size {
+		n := min(size-len(frame), chunk)
+		frame = slices.Grow(frame, n)
+		m, err := io.ReadFull(r, frame[len(frame):len(frame)+n])
+		frame = frame[:len(frame)+m]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return frame, nil
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	var buf []byte
+	for item := range c.queue {
+		if c.ctx.Err() != nil {
+			<-c.slots
+			continue // aborted: drain so the reader never blocks
+		}
+		var err error
+		buf, err = c.s.complete(c.ctx, item, buf[:0])
+		<-c.slots
+		if err != nil {
+			if err == errCloseAfter {
+				c.s.metrics.closed("acks0_error")
+			} else {
+				c.s.metrics.closed("handler_panic")
+			}
+			c.abort()
+			continue
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		if _, err := bw.Write(buf); err != nil {
+			c.abort()
+			continue
+		}
+		if len(buf) > 1<<20 {
+			buf = nil // do not keep a large fetch's buffer for the connection's life
+		}
+		// Flush when nothing else is ready, batching pipelined responses.
+		if len(c.queue) == 0 {
+			if err := bw.Flush(); err != nil {
+				c.abort()
+			}
+		}
+	}
+	if c.ctx.Err() == nil {
+		_ = bw.Flush()
+	}
+}
+
+// errorCode maps a Backend error to a wire code, logging what is not a
+// *kerr.Error (those become UNKNOWN_SERVER_ERROR).
+func (s *Server) errorCode(err error, what string, args ...any) int16 {
+	if err == nil {
+		return 0
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code
+	}
+	if errors.Is(err, context.Canceled) {
+		return kerr.RequestTimedOut.Code
+	}
+	s.log.Error("backend error", append([]any{"op", what, "err", err}, args...)...)
+	return kerr.UnknownServerError.Code
+}
+
+func errorMessage(code int16) *string {
+	if code == 0 {
+		return nil
+	}
+	msg := kerr.ErrorForCode(code).Error()
+	return &msg
+}
+
+func apiName(key int16) string {
+	if name := kmsg.NameForKey(key); name != "" {
+		return name
+	}
+	return fmt.Sprintf("Unknown(%d)", key)
+}
