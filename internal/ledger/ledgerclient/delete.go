@@ -16,6 +16,18 @@ import (
 // every list that names it first (a topic's ledger list), since readers find
 // ledgers there.
 func (c *Client) Delete(ctx context.Context, id int64) error {
+	var err error
+	// A writer still closing the ledger changes its record under us: the
+	// bookie copies are gone by then, so deleting again finishes the job.
+	for range 5 {
+		if err = c.deleteOnce(ctx, id); !errors.Is(err, meta.ErrBadVersion) {
+			return err
+		}
+	}
+	return err
+}
+
+func (c *Client) deleteOnce(ctx context.Context, id int64) error {
 	kv, err := c.cfg.Store.Get(ctx, ledger.Key(id))
 	if errors.Is(err, meta.ErrNotFound) {
 		return nil
