@@ -351,6 +351,35 @@ type Partition struct {
 	stopped     bool
 	isNotLeader bool
 	appendErr   error
+	// held, when set, delays every append's result until it is closed
+	// (tests of pipelining and produce timeouts).
+	held chan struct{}
+	// waits counts Wait calls that had to wait (for tests that need a
+	// long-poll to be in place).
+	waits int
+}
+
+// Waits returns how many Wait calls found nothing new and had to wait.
+func (p *Partition) Waits() int { p.mu.Lock(); defer p.mu.Unlock(); return p.waits }
+
+// HoldAppends delays the results of appends from now on until the
+// returned release function is called. Appends are still stored at once.
+func (p *Partition) HoldAppends() (release func()) {
+	held := make(chan struct{})
+	p.mu.Lock()
+	p.held = held
+	p.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			if p.held == held {
+				p.held = nil
+			}
+			p.mu.Unlock()
+			close(held)
+		})
+	}
 }
 
 func newPartition() *Partition { return &Partition{grown: make(chan struct{})} }
@@ -412,7 +441,12 @@ func (p *Partition) Append(batch []byte) <-chan kafka.AppendResult {
 	p.highWatermark = base + lastDelta + 1
 	close(p.grown)
 	p.grown = make(chan struct{})
-	result <- kafka.AppendResult{BaseOffset: base, LogAppendTime: -1, LogStartOffset: p.logStartOffset}
+	res := kafka.AppendResult{BaseOffset: base, LogAppendTime: -1, LogStartOffset: p.logStartOffset}
+	if held := p.held; held != nil {
+		go func() { <-held; result <- res }()
+		return result
+	}
+	result <- res
 	return result
 }
 
@@ -446,6 +480,7 @@ func (p *Partition) Wait(offset int64) <-chan struct{} {
 		close(done)
 		return done
 	}
+	p.waits++
 	return p.grown
 }
 
