@@ -19,6 +19,7 @@ func newPerfCommand() *cobra.Command {
 		Short: "Generate load and measure throughput and latency against a baseline measured in the same run",
 	}
 	cmd.AddCommand(newPerfBookieCommand())
+	cmd.AddCommand(newPerfProduceCommand(), newPerfConsumeCommand())
 	return cmd
 }
 
