@@ -1,0 +1,529 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"quire/internal/meta"
+)
+
+// recorder collects a Cluster's ownership events.
+type recorder struct {
+	mu       sync.Mutex
+	held     map[Bundle]bool
+	acquires int
+	releases int
+	bad      []string // protocol violations: double acquire, release of a bundle not held
+}
+
+func newRecorder() *recorder { return &recorder{held: map[Bundle]bool{}} }
+
+func (r *recorder) onAcquire(b Bundle) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.held[b] {
+		r.bad = append(r.bad, "acquire of held "+b.String())
+	}
+	r.held[b] = true
+	r.acquires++
+}
+
+func (r *recorder) onRelease(b Bundle) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.held[b] {
+		r.bad = append(r.bad, "release of unheld "+b.String())
+	}
+	delete(r.held, b)
+	r.releases++
+}
+
+func (r *recorder) snapshot() (held map[Bundle]bool, acquires, releases int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held = map[Bundle]bool{}
+	for b := range r.held {
+		held[b] = true
+	}
+	return held, r.acquires, r.releases
+}
+
+func (r *recorder) check(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.bad) > 0 {
+		t.Fatalf("event protocol violated: %v", r.bad)
+	}
+}
+
+type testBroker struct {
+	client  *meta.MemClient
+	session meta.Session
+	cluster *Cluster
+	rec     *recorder
+}
+
+type brokerOpts struct {
+	id           int32
+	ttl          time.Duration
+	acquireGrace time.Duration
+	lookupWait   time.Duration
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func startMemBroker(t *testing.T, srv *meta.MemServer, o brokerOpts) *testBroker {
+	t.Helper()
+	if o.ttl == 0 {
+		o.ttl = 2 * time.Second
+	}
+	if o.acquireGrace == 0 {
+		o.acquireGrace = time.Minute // tests rely on the prompt path unless they set it
+	}
+	ctx := context.Background()
+	tb := &testBroker{client: srv.NewClient(), rec: newRecorder()}
+	var err error
+	if tb.session, err = tb.client.NewSession(ctx, o.ttl); err != nil {
+		t.Fatal(err)
+	}
+	tb.cluster, err = New(Config{
+		Store:        tb.client,
+		Session:      tb.session,
+		Self:         BrokerInfo{ID: o.id, KafkaAddr: fmt.Sprintf("127.0.0.1:%d", 9092+o.id), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 8080+o.id), Zone: "z1"},
+		Logger:       quietLogger(),
+		OnAcquire:    tb.rec.onAcquire,
+		OnRelease:    tb.rec.onRelease,
+		AcquireGrace: o.acquireGrace,
+		LookupWait:   o.lookupWait,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tb.cluster.Start(sctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tb.cluster.Close()
+		tb.client.Close()
+		tb.rec.check(t)
+	})
+	return tb
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval, not a wait for the condition
+	}
+}
+
+// ownedBy returns, per bundle, the brokers that believe they own it.
+func ownedBy(brokers ...*testBroker) map[Bundle][]int32 {
+	out := map[Bundle][]int32{}
+	for _, b := range brokers {
+		for _, bundle := range b.cluster.OwnedBundles() {
+			out[bundle] = append(out[bundle], b.cluster.Self().ID)
+		}
+	}
+	return out
+}
+
+// allOwnedOnce: every bundle of bounds is owned by exactly one broker.
+func allOwnedOnce(ns string, bounds []uint32, brokers ...*testBroker) bool {
+	owners := ownedBy(brokers...)
+	for _, b := range BundlesOf(ns, bounds) {
+		if len(owners[b]) != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func createNamespace(t *testing.T, a *Admin, ns string, bundles int) []uint32 {
+	t.Helper()
+	ctx := context.Background()
+	tenant, _, _ := ParseNamespace(ns)
+	if err := a.CreateTenant(ctx, tenant, TenantInfo{}); err != nil && !errors.Is(err, ErrTenantExists) {
+		t.Fatal(err)
+	}
+	p := DefaultPolicies()
+	p.Bundles = BundlesPolicy{NumBundles: bundles}
+	if err := a.CreateNamespace(ctx, ns, &p); err != nil {
+		t.Fatal(err)
+	}
+	return EqualBoundaries(bundles)
+}
+
+// waitBrokers waits until every cluster sees n live brokers.
+func waitBrokers(t *testing.T, n int, brokers ...*testBroker) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%d brokers seen by all", n), func() bool {
+		for _, b := range brokers {
+			if len(b.cluster.Brokers()) != n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestRegistry(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{})
+	b := startMemBroker(t, srv, brokerOpts{})
+	if a.cluster.Self().ID <= 0 || b.cluster.Self().ID <= 0 || a.cluster.Self().ID == b.cluster.Self().ID {
+		t.Fatalf("allocated ids %d %d", a.cluster.Self().ID, b.cluster.Self().ID)
+	}
+	waitBrokers(t, 2, a, b)
+	changed := a.cluster.BrokersChanged()
+	c := startMemBroker(t, srv, brokerOpts{id: 100})
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change notification when a broker joined")
+	}
+	waitBrokers(t, 3, a, b, c)
+	list := a.cluster.Brokers()
+	if !sort.SliceIsSorted(list, func(i, j int) bool { return list[i].ID < list[j].ID }) || list[2].ID != 100 || list[2].Zone != "z1" || list[2].Started.IsZero() {
+		t.Fatalf("brokers %+v", list)
+	}
+
+	ctx := context.Background()
+	// Another broker on id 100 at other addresses: refused.
+	other := srv.NewClient()
+	defer other.Close()
+	s, _ := other.NewSession(ctx, 2*time.Second)
+	dup, _ := New(Config{Store: other, Session: s, Self: BrokerInfo{ID: 100, KafkaAddr: "10.0.0.9:9092"}, Logger: quietLogger()})
+	if err := dup.Start(ctx); !errors.Is(err, ErrBrokerIDInUse) {
+		t.Fatalf("duplicate id: %v", err)
+	}
+	dup.Close()
+
+	// The same identity again (a restart while the old session lives):
+	// Start waits for the old registration to expire.
+	same, _ := New(Config{Store: other, Session: s, Self: c.cluster.Self(), Logger: quietLogger()})
+	started := make(chan error, 1)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	go func() { started <- same.Start(sctx) }()
+	select {
+	case err := <-started:
+		t.Fatalf("started while the old registration lives: %v", err)
+	case <-time.After(100 * time.Millisecond): // it must still be waiting
+	}
+	srv.ExpireSession(c.session.ID())
+	if err := <-started; err != nil {
+		t.Fatalf("restart after expiry: %v", err)
+	}
+	waitBrokers(t, 3, a, b)
+	same.Close()
+	waitBrokers(t, 2, a, b)
+}
+
+func TestLookupAgrees(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	b := startMemBroker(t, srv, brokerOpts{id: 2})
+	waitBrokers(t, 2, a, b)
+	const ns = "acme/orders"
+	bounds := createNamespace(t, a.cluster.Admin(), ns, 16)
+	ctx := context.Background()
+	// Lookups right after creation, from both brokers at once.
+	var wg sync.WaitGroup
+	results := make([][2]BrokerInfo, 32)
+	errs := make([]error, 64)
+	for i := range results {
+		name := PartitionName(ns, "t", int32(i))
+		for j, tb := range []*testBroker{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i][j], errs[2*i+j] = tb.cluster.Lookup(ctx, name)
+			}()
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range results {
+		if r[0].ID != r[1].ID || r[0].KafkaAddr != r[1].KafkaAddr {
+			t.Fatalf("partition %d: broker 1 says %+v, broker 2 says %+v", i, r[0], r[1])
+		}
+		name := PartitionName(ns, "t", int32(i))
+		owner := map[int32]*testBroker{1: a, 2: b}[r[0].ID]
+		if owner == nil || !owner.cluster.Owns(name) {
+			t.Fatalf("partition %d: owner %d does not own it", i, r[0].ID)
+		}
+		// The rendezvous choice took it.
+		if want := rendezvousChoice(BundleFor(ns, bounds, name), []int32{1, 2}); r[0].ID != want {
+			t.Fatalf("partition %d owned by %d, rendezvous chose %d", i, r[0].ID, want)
+		}
+	}
+	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
+	for _, tb := range []*testBroker{a, b} {
+		held, _, _ := tb.rec.snapshot()
+		if len(held) != len(tb.cluster.OwnedBundles()) || len(held) == 0 {
+			t.Fatalf("broker %d: events say %d bundles, OwnedBundles %d", tb.cluster.Self().ID, len(held), len(tb.cluster.OwnedBundles()))
+		}
+		// OwnerOf (cache only) agrees once the watch caught up.
+		waitFor(t, 5*time.Second, "caches agree", func() bool {
+			for i := range 32 {
+				name := PartitionName(ns, "t", int32(i))
+				o, ok := tb.cluster.OwnerOf(name)
+				if !ok || o.ID != results[i][0].ID {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if _, err := a.cluster.Lookup(ctx, PartitionName("acme/none", "t", 0)); !errors.Is(err, ErrNamespaceNotFound) {
+		t.Fatalf("lookup in a missing namespace: %v", err)
+	}
+	if _, err := a.cluster.Lookup(ctx, "orders"); !errors.Is(err, ErrInvalidTopicName) {
+		t.Fatalf("lookup of a bad name: %v", err)
+	}
+}
+
+func TestRendezvousSpreadsBundles(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	brokers := []*testBroker{
+		startMemBroker(t, srv, brokerOpts{id: 1}),
+		startMemBroker(t, srv, brokerOpts{id: 2}),
+		startMemBroker(t, srv, brokerOpts{id: 3}),
+	}
+	waitBrokers(t, 3, brokers...)
+	bounds := createNamespace(t, brokers[0].cluster.Admin(), "acme/wide", 64)
+	waitFor(t, 5*time.Second, "64 bundles owned", func() bool { return allOwnedOnce("acme/wide", bounds, brokers...) })
+	for _, tb := range brokers {
+		n := len(tb.cluster.OwnedBundles())
+		if n < 5 {
+			t.Fatalf("broker %d owns %d of 64 bundles", tb.cluster.Self().ID, n)
+		}
+	}
+}
+
+// TestFailover: a broker's session expires; it releases everything, and the
+// surviving broker (the rendezvous choice among the living) takes every
+// orphaned bundle promptly, without waiting out the grace period.
+func TestFailover(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	b := startMemBroker(t, srv, brokerOpts{id: 2})
+	waitBrokers(t, 2, a, b)
+	const ns = "acme/orders"
+	bounds := createNamespace(t, a.cluster.Admin(), ns, 16)
+	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
+	aHeld, _, _ := a.rec.snapshot()
+	if len(aHeld) == 0 || len(b.cluster.OwnedBundles()) == 0 {
+		t.Fatalf("rendezvous left a broker empty: a=%d b=%d", len(aHeld), len(b.cluster.OwnedBundles()))
+	}
+
+	expired := time.Now()
+	srv.ExpireSession(a.session.ID())
+	select {
+	case <-a.cluster.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after the session expired")
+	}
+	waitFor(t, 2*time.Second, "the dead broker's release events", func() bool {
+		held, _, releases := a.rec.snapshot()
+		return len(held) == 0 && releases == len(aHeld)
+	})
+	if n := len(a.cluster.OwnedBundles()); n != 0 {
+		t.Fatalf("dead broker still owns %d bundles", n)
+	}
+	waitFor(t, time.Second, "survivor owns every bundle", func() bool { return allOwnedOnce(ns, bounds, b) })
+	t.Logf("takeover of %d bundles in %v", len(aHeld), time.Since(expired))
+	held, _, _ := b.rec.snapshot()
+	for bundle := range aHeld {
+		if !held[bundle] {
+			t.Fatalf("survivor got no acquire event for %s", bundle)
+		}
+	}
+	ctx := context.Background()
+	if _, err := a.cluster.Lookup(ctx, PartitionName(ns, "t", 0)); !errors.Is(err, ErrSessionLost) {
+		t.Fatalf("lookup on the dead broker: %v", err)
+	}
+	if o, err := b.cluster.Lookup(ctx, PartitionName(ns, "t", 0)); err != nil || o.ID != 2 {
+		t.Fatalf("lookup on the survivor: %+v %v", o, err)
+	}
+	// A broker's registration left with its session.
+	waitBrokers(t, 1, b)
+}
+
+// TestGracefulClose: Close releases everything at once and the other broker
+// takes over within a watch round trip.
+func TestGracefulClose(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	b := startMemBroker(t, srv, brokerOpts{id: 2})
+	waitBrokers(t, 2, a, b)
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 8)
+	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
+	if err := a.cluster.Close(); err != nil {
+		t.Fatal(err)
+	}
+	held, acquires, releases := a.rec.snapshot()
+	if len(held) != 0 || acquires != releases || acquires == 0 {
+		t.Fatalf("after Close: held %d, %d acquires, %d releases", len(held), acquires, releases)
+	}
+	waitFor(t, time.Second, "survivor owns every bundle", func() bool { return allOwnedOnce("acme/orders", bounds, b) })
+	select {
+	case <-a.cluster.Done():
+	default:
+		t.Fatal("Done open after Close")
+	}
+	if _, err := a.cluster.Lookup(context.Background(), PartitionName("acme/orders", "t", 0)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("lookup after close: %v", err)
+	}
+}
+
+// TestGracePeriod: the rendezvous choice is registered but not running a
+// Cluster (stalled). The other broker takes its bundles after the grace
+// period, and Lookup takes one after LookupWait.
+func TestGracePeriod(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	ctx := context.Background()
+	stalled := srv.NewClient()
+	defer stalled.Close()
+	s, _ := stalled.NewSession(ctx, 5*time.Second)
+	if _, err := s.CreateEphemeral(ctx, brokerKey(7), []byte(`{"id":7,"kafkaAddr":"10.0.0.7:9092"}`)); err != nil {
+		t.Fatal(err)
+	}
+	a := startMemBroker(t, srv, brokerOpts{id: 1, acquireGrace: 400 * time.Millisecond, lookupWait: 100 * time.Millisecond})
+	waitBrokers(t, 2, a)
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 16)
+	var stalledBundles []Bundle
+	for _, b := range BundlesOf("acme/orders", bounds) {
+		if rendezvousChoice(b, []int32{1, 7}) == 7 {
+			stalledBundles = append(stalledBundles, b)
+		}
+	}
+	if len(stalledBundles) == 0 {
+		t.Fatal("test needs bundles that rendezvous gives to broker 7")
+	}
+	// A Lookup of one of them answers after LookupWait, with broker 1.
+	var name string
+	for i := int32(0); name == ""; i++ {
+		n := PartitionName("acme/orders", "t", i)
+		if BundleFor("acme/orders", bounds, n) == stalledBundles[0] {
+			name = n
+		}
+	}
+	start := time.Now()
+	o, err := a.cluster.Lookup(ctx, name)
+	if err != nil || o.ID != 1 {
+		t.Fatalf("lookup: %+v %v", o, err)
+	}
+	if time.Since(start) > 400*time.Millisecond {
+		t.Fatalf("lookup waited %v, LookupWait is 100ms", time.Since(start))
+	}
+	waitFor(t, 5*time.Second, "grace takeover", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+}
+
+// TestSplitMovesOwnership: after a split the owner releases the old bundle
+// and the two halves are owned.
+func TestSplitMovesOwnership(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	first := BundlesOf("acme/orders", bounds)[0]
+	halves, err := a.cluster.Admin().SplitBundle(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "halves owned, old bundle released", func() bool {
+		held, _, _ := a.rec.snapshot()
+		return held[halves[0]] && held[halves[1]] && !held[first] && len(a.cluster.OwnedBundles()) == 3
+	})
+}
+
+// TestUnload: a voluntary release deletes the key after the release event;
+// the bundle is then placed again (here on the only broker).
+func TestUnload(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	b := BundlesOf("acme/orders", bounds)[1]
+	if err := a.cluster.Unload(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cluster.Unload(context.Background(), Bundle{Namespace: "acme/none", Lower: 0, Upper: 1}); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("unload of a bundle not owned: %v", err)
+	}
+	waitFor(t, 5*time.Second, "reacquired", func() bool {
+		_, acquires, releases := a.rec.snapshot()
+		return acquires == 3 && releases == 1 && a.cluster.OwnsBundle(b)
+	})
+}
+
+// TestDisconnectedBrokerLosesSession: a partitioned broker's session expires
+// on the server; it hears of it (Done), releases everything, and its bundles
+// move to the connected broker.
+func TestDisconnectedBrokerLosesSession(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1, ttl: 300 * time.Millisecond})
+	b := startMemBroker(t, srv, brokerOpts{id: 2, ttl: 2 * time.Second})
+	waitBrokers(t, 2, a, b)
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 8)
+	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
+	a.client.Disconnect()
+	waitFor(t, 5*time.Second, "survivor owns all", func() bool { return allOwnedOnce("acme/orders", bounds, b) })
+	// The memory store tells a partitioned session's owner when it expired.
+	select {
+	case <-a.cluster.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("partitioned broker never noticed its session ended")
+	}
+	waitFor(t, 2*time.Second, "releases on the partitioned broker", func() bool {
+		held, _, _ := a.rec.snapshot()
+		return len(held) == 0
+	})
+	a.client.Reconnect()
+}
+
+// TestNoGoroutineLeak: Start then Close leaves no goroutine behind.
+func TestNoGoroutineLeak(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	client := srv.NewClient()
+	ctx := context.Background()
+	session, _ := client.NewSession(ctx, 2*time.Second)
+	if err := NewAdmin(client).EnsureDefaults(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	for range 3 {
+		c, _ := New(Config{Store: client, Session: session, Self: BrokerInfo{ID: 1, KafkaAddr: "a:1"}, Logger: quietLogger()})
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Lookup(ctx, PartitionName(DefaultNamespace, "t", 0)); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	waitFor(t, 2*time.Second, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before })
+	client.Close()
+}

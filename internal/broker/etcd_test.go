@@ -1,0 +1,152 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"quire/internal/meta"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestEtcdFailover runs two Clusters against a real (embedded) etcd: they
+// agree on lookups, and when one broker's session ends the other takes its
+// bundles within a bound and gets the acquire events.
+func TestEtcdFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded etcd; run without -short")
+	}
+	e, err := meta.StartEmbedded(meta.EmbedConfig{
+		DataDir:   t.TempDir(),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	ctx := context.Background()
+	start := func(id int32) (*meta.Etcd, meta.Session, *Cluster, *recorder) {
+		store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{e.Endpoint()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		session, err := store.NewSession(ctx, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		c, err := New(Config{
+			Store: store, Session: session, Logger: quietLogger(),
+			Self:      BrokerInfo{ID: id, KafkaAddr: fmt.Sprintf("127.0.0.1:%d", 9092+id)},
+			OnAcquire: rec.onAcquire, OnRelease: rec.onRelease,
+			AcquireGrace: time.Minute,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			c.Close()
+			store.Close()
+			rec.check(t)
+		})
+		return store, session, c, rec
+	}
+	_, sessionA, a, recA := start(1)
+	_, _, b, recB := start(2)
+	if err := a.Admin().EnsureDefaults(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both brokers see both", func() bool { return len(a.Brokers()) == 2 && len(b.Brokers()) == 2 })
+	bounds := createNamespace(t, a.Admin(), "acme/orders", 8)
+
+	var wg sync.WaitGroup
+	answers := make([][2]BrokerInfo, 16)
+	for i := range answers {
+		for j, c := range []*Cluster{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o, err := c.Lookup(ctx, PartitionName("acme/orders", "t", int32(i)))
+				if err != nil {
+					t.Error(err)
+				}
+				answers[i][j] = o
+			}()
+		}
+	}
+	wg.Wait()
+	for i, ans := range answers {
+		if ans[0].ID != ans[1].ID || ans[0].ID == 0 {
+			t.Fatalf("partition %d: %d vs %d", i, ans[0].ID, ans[1].ID)
+		}
+	}
+	owned := func(cs ...*Cluster) map[Bundle]int {
+		out := map[Bundle]int{}
+		for _, c := range cs {
+			for _, bundle := range c.OwnedBundles() {
+				out[bundle]++
+			}
+		}
+		return out
+	}
+	allOnce := func(cs ...*Cluster) bool {
+		o := owned(cs...)
+		all := append(BundlesOf("acme/orders", bounds), BundlesOf(DefaultNamespace, EqualBoundaries(DefaultNumBundles))...)
+		for _, bundle := range all {
+			if o[bundle] != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 10*time.Second, "every bundle owned once", func() bool { return allOnce(a, b) })
+	heldA, _, _ := recA.snapshot()
+	if len(heldA) == 0 {
+		t.Fatal("broker 1 owns nothing; the failover below would prove nothing")
+	}
+
+	// Broker 1's session ends (closing it revokes the lease: its keys go at once).
+	ended := time.Now()
+	if err := sessionA.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "survivor owns every bundle", func() bool { return allOnce(b) })
+	t.Logf("takeover of %d bundles in %v", len(heldA), time.Since(ended))
+	if d := time.Since(ended); d > 3*time.Second {
+		t.Fatalf("takeover took %v", d)
+	}
+	held, _, _ := recB.snapshot()
+	for bundle := range heldA {
+		if !held[bundle] {
+			t.Fatalf("no acquire event on the survivor for %s", bundle)
+		}
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("broker 1 did not notice its session ended")
+	}
+	waitFor(t, 5*time.Second, "release events on broker 1", func() bool {
+		h, _, _ := recA.snapshot()
+		return len(h) == 0
+	})
+	if o, err := b.Lookup(ctx, PartitionName("acme/orders", "t", 0)); err != nil || o.ID != 2 {
+		t.Fatalf("lookup after failover: %+v %v", o, err)
+	}
+}

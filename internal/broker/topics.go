@@ -1,0 +1,272 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"quire/internal/meta"
+)
+
+// MaxPartitions bounds a topic's partition count.
+const MaxPartitions = 1 << 20
+
+// TopicID is a topic's random UUID (Kafka's topic id), never all-zero.
+// JSON and String use the canonical 8-4-4-4-12 hex form.
+type TopicID [16]byte
+
+func (id TopicID) String() string {
+	var b [36]byte
+	hex.Encode(b[0:8], id[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], id[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], id[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], id[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], id[10:])
+	return string(b[:])
+}
+
+func (id TopicID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+func (id *TopicID) UnmarshalText(text []byte) error {
+	s := strings.ReplaceAll(string(text), "-", "")
+	if len(s) != 32 {
+		return fmt.Errorf("topic id %q: want a UUID", text)
+	}
+	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
+		return fmt.Errorf("topic id %q: %w", text, err)
+	}
+	return nil
+}
+
+// newTopicID returns a random (version 4) UUID.
+func newTopicID() TopicID {
+	var id TopicID
+	for id == (TopicID{}) {
+		rand.Read(id[:]) // never fails (crypto/rand panics instead)
+		id[6] = id[6]&0x0f | 0x40
+		id[8] = id[8]&0x3f | 0x80
+	}
+	return id
+}
+
+// TopicRecord is a Kafka topic: a partitioned topic of a namespace whose
+// partition i is the managed ledger PartitionName(Namespace, Name, i).
+type TopicRecord struct {
+	// Namespace and Name come from the key; they are not stored in the value.
+	Namespace  string            `json:"-"`
+	Name       string            `json:"-"`
+	Partitions int32             `json:"partitions"`
+	ID         TopicID           `json:"id"`
+	Configs    map[string]string `json:"configs,omitempty"`
+	Created    time.Time         `json:"created"`
+	// Version is the record's metadata version, for SetConfigs' CAS.
+	Version meta.Version `json:"-"`
+}
+
+func (a *Admin) checkTopic(ns, name string) error {
+	if _, _, err := ParseNamespace(ns); err != nil {
+		return err
+	}
+	return ValidateTopicName(name)
+}
+
+// CreateTopic records a new topic with a fresh id. Fails with
+// ErrInvalidTopicName, ErrInvalidPartitions (not 1..MaxPartitions),
+// ErrNamespaceNotFound or ErrTopicExists.
+func (a *Admin) CreateTopic(ctx context.Context, ns, name string, partitions int32, configs map[string]string) (TopicRecord, error) {
+	if err := a.checkTopic(ns, name); err != nil {
+		return TopicRecord{}, fmt.Errorf("create topic: %w", err)
+	}
+	if partitions < 1 || partitions > MaxPartitions {
+		return TopicRecord{}, fmt.Errorf("create topic %s/%s with %d partitions (want 1..%d): %w", ns, name, partitions, MaxPartitions, ErrInvalidPartitions)
+	}
+	if _, err := a.store.Get(ctx, namespaceKey(ns)); err != nil {
+		if errors.Is(err, meta.ErrNotFound) {
+			return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, ErrNamespaceNotFound)
+		}
+		return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
+	}
+	rec := TopicRecord{
+		Namespace:  ns,
+		Name:       name,
+		Partitions: partitions,
+		ID:         newTopicID(),
+		Configs:    maps.Clone(configs),
+		Created:    time.Now().UTC(),
+	}
+	value, err := json.Marshal(rec)
+	if err != nil {
+		return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
+	}
+	v, err := a.store.Create(ctx, topicKey(ns, name), value)
+	if err != nil {
+		if errors.Is(err, meta.ErrExists) {
+			return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, ErrTopicExists)
+		}
+		return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
+	}
+	rec.Version = v
+	return rec, nil
+}
+
+// GetTopic returns a topic record (ErrTopicNotFound).
+func (a *Admin) GetTopic(ctx context.Context, ns, name string) (TopicRecord, error) {
+	if err := a.checkTopic(ns, name); err != nil {
+		return TopicRecord{}, fmt.Errorf("get topic: %w", err)
+	}
+	var rec TopicRecord
+	v, err := getJSON(ctx, a.store, topicKey(ns, name), &rec)
+	if err != nil {
+		if errors.Is(err, meta.ErrNotFound) {
+			return TopicRecord{}, fmt.Errorf("get topic %s/%s: %w", ns, name, ErrTopicNotFound)
+		}
+		return TopicRecord{}, fmt.Errorf("get topic %s/%s: %w", ns, name, err)
+	}
+	rec.Namespace, rec.Name, rec.Version = ns, name, v
+	return rec, nil
+}
+
+// ListTopics returns every topic record of namespace ns, sorted by name.
+func (a *Admin) ListTopics(ctx context.Context, ns string) ([]TopicRecord, error) {
+	if _, _, err := ParseNamespace(ns); err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	prefix := namespaceTopicsPrefix(ns)
+	kvs, _, err := listAll(ctx, a.store, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list topics of %s: %w", ns, err)
+	}
+	out := make([]TopicRecord, 0, len(kvs))
+	for _, kv := range kvs {
+		var rec TopicRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			return nil, fmt.Errorf("list topics of %s: decode %s: %w", ns, kv.Key, err)
+		}
+		rec.Namespace, rec.Name, rec.Version = ns, strings.TrimPrefix(kv.Key, prefix), kv.Version
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// DeleteTopic removes a topic record (ErrTopicNotFound). The topic's ledgers
+// and cursors belong to the topic layer, which must delete them itself.
+func (a *Admin) DeleteTopic(ctx context.Context, ns, name string) error {
+	rec, err := a.GetTopic(ctx, ns, name)
+	if err != nil {
+		return fmt.Errorf("delete topic: %w", err)
+	}
+	if err := a.store.Delete(ctx, topicKey(ns, name), rec.Version); err != nil {
+		if errors.Is(err, meta.ErrBadVersion) {
+			// Changed (configs, partitions) since we read it; it is still
+			// the same topic only if its id is unchanged, so re-check once.
+			return a.deleteTopicAgain(ctx, rec)
+		}
+		return fmt.Errorf("delete topic %s/%s: %w", ns, name, casErr(err, ErrTopicNotFound))
+	}
+	return nil
+}
+
+func (a *Admin) deleteTopicAgain(ctx context.Context, prev TopicRecord) error {
+	rec, err := a.GetTopic(ctx, prev.Namespace, prev.Name)
+	if err != nil {
+		return fmt.Errorf("delete topic: %w", err)
+	}
+	if err := a.store.Delete(ctx, topicKey(rec.Namespace, rec.Name), rec.Version); err != nil {
+		return fmt.Errorf("delete topic %s/%s: %w", rec.Namespace, rec.Name, casErr(err, ErrTopicNotFound))
+	}
+	return nil
+}
+
+// updateTopic is the CAS loop under SetPartitions and UpdateConfigs.
+func (a *Admin) updateTopic(ctx context.Context, ns, name string, change func(*TopicRecord) error) (TopicRecord, error) {
+	for {
+		rec, err := a.GetTopic(ctx, ns, name)
+		if err != nil {
+			return TopicRecord{}, err
+		}
+		next := rec
+		next.Configs = maps.Clone(rec.Configs)
+		if err := change(&next); err != nil {
+			return TopicRecord{}, err
+		}
+		value, err := json.Marshal(next)
+		if err != nil {
+			return TopicRecord{}, err
+		}
+		v, err := a.store.Put(ctx, topicKey(ns, name), value, rec.Version)
+		switch {
+		case err == nil:
+			next.Version = v
+			return next, nil
+		case errors.Is(err, meta.ErrBadVersion):
+			continue
+		default:
+			return TopicRecord{}, casErr(err, ErrTopicNotFound)
+		}
+	}
+}
+
+// SetPartitions grows a topic to count partitions. Shrinking, keeping the
+// count, or exceeding MaxPartitions fails with ErrInvalidPartitions.
+func (a *Admin) SetPartitions(ctx context.Context, ns, name string, count int32) (TopicRecord, error) {
+	rec, err := a.updateTopic(ctx, ns, name, func(r *TopicRecord) error {
+		if count <= r.Partitions || count > MaxPartitions {
+			return fmt.Errorf("from %d to %d partitions (only growth up to %d): %w", r.Partitions, count, MaxPartitions, ErrInvalidPartitions)
+		}
+		r.Partitions = count
+		return nil
+	})
+	if err != nil {
+		return TopicRecord{}, fmt.Errorf("set partitions of %s/%s: %w", ns, name, err)
+	}
+	return rec, nil
+}
+
+// SetConfigs replaces a topic's configs if its record is still at version
+// expected (from GetTopic); ErrConflict when it changed meanwhile.
+func (a *Admin) SetConfigs(ctx context.Context, ns, name string, configs map[string]string, expected meta.Version) (TopicRecord, error) {
+	rec, err := a.GetTopic(ctx, ns, name)
+	if err != nil {
+		return TopicRecord{}, fmt.Errorf("set configs: %w", err)
+	}
+	if rec.Version != expected {
+		return TopicRecord{}, fmt.Errorf("set configs of %s/%s: version %d, expected %d: %w", ns, name, rec.Version, expected, ErrConflict)
+	}
+	rec.Configs = maps.Clone(configs)
+	value, err := json.Marshal(rec)
+	if err != nil {
+		return TopicRecord{}, fmt.Errorf("set configs of %s/%s: %w", ns, name, err)
+	}
+	v, err := a.store.Put(ctx, topicKey(ns, name), value, expected)
+	if err != nil {
+		return TopicRecord{}, fmt.Errorf("set configs of %s/%s: %w", ns, name, casErr(err, ErrTopicNotFound))
+	}
+	rec.Version = v
+	return rec, nil
+}
+
+// UpdateConfigs applies change to a copy of the topic's configs (never nil)
+// and writes it with compare-and-swap, retrying on concurrent updates (change
+// may run more than once). An error from change aborts without writing.
+func (a *Admin) UpdateConfigs(ctx context.Context, ns, name string, change func(configs map[string]string) error) (TopicRecord, error) {
+	rec, err := a.updateTopic(ctx, ns, name, func(r *TopicRecord) error {
+		if r.Configs == nil {
+			r.Configs = map[string]string{}
+		}
+		return change(r.Configs)
+	})
+	if err != nil {
+		return TopicRecord{}, fmt.Errorf("update configs of %s/%s: %w", ns, name, err)
+	}
+	return rec, nil
+}
