@@ -356,6 +356,8 @@ func (g *Group) prepareRebalance(now time.Time, reason string) {
 			if m.syncWaiter != 0 {
 				g.deliveries = append(g.deliveries, Delivery{Waiter: m.syncWaiter, Sync: syncError(m.syncVersion, kerr.RebalanceInProgress)})
 				m.syncWaiter = 0
+				// Its session was not counting while it waited.
+				m.sessionDeadline = now.Add(m.sessionTimeout)
 			}
 		}
 	}
