@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -214,18 +213,6 @@ func get(t *testing.T, url string) string {
 		t.Fatalf("%s: %d %s", url, resp.StatusCode, body)
 	}
 	return string(body)
-}
-
-func TestNotBuiltRolesExitNonZero(t *testing.T) {
-	for _, name := range []string{"broker"} {
-		root := newRootCommand()
-		root.SetArgs([]string{name, "--anything"})
-		root.SetOut(io.Discard)
-		root.SetErr(io.Discard)
-		if err := root.Execute(); !errors.Is(err, errNotBuilt) {
-			t.Errorf("%s: %v, want not built yet", name, err)
-		}
-	}
 }
 
 // TestConfigPrecedence: flag > QUIRE_* env > YAML file > default.

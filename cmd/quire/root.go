@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,7 +56,7 @@ and the defaults shown in each command's --help.`,
 		newMetaCommand(),
 		newStandaloneCommand(),
 		newBookieCommand(),
-		notBuilt("broker", "Run a broker: topic owners, Kafka and Pulsar front ends"),
+		newBrokerCommand(),
 		newAdminCommand(),
 		newPerfCommand(),
 		newSimCommand(),
@@ -65,19 +64,6 @@ and the defaults shown in each command's --help.`,
 	return root
 }
 
-// errNotBuilt marks a role or tool that a later issue builds.
-var errNotBuilt = errors.New("not built yet")
-
-func notBuilt(name, short string) *cobra.Command {
-	return &cobra.Command{
-		Use:                name,
-		Short:              short + " (not built yet)",
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fmt.Errorf("%s: %w", name, errNotBuilt)
-		},
-	}
-}
 
 // applyConfig fills every flag the user did not set from QUIRE_* environment
 // variables, then from the YAML file. Flags always win.

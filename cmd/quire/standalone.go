@@ -29,19 +29,20 @@ type standaloneOptions struct {
 	httpAddr    string
 	bookieAddrs []string
 	meta        metaOptions
+	broker      brokerFlags
 }
 
 func newStandaloneCommand() *cobra.Command {
 	var o standaloneOptions
 	cmd := &cobra.Command{
 		Use:   "standalone",
-		Short: "Run everything in one process: embedded etcd, three bookies and the HTTP server (a broker as it is built)",
+		Short: "Run everything in one process: embedded etcd, three bookies, a broker (Kafka on 127.0.0.1:9092) and the HTTP server",
 		Long: `Run a single-process Quire with embedded defaults, keeping all data under --data-dir.
 A restart on the same data dir keeps its data. Stops gracefully on SIGINT or SIGTERM.
 
-Today it runs: the embedded metadata store (etcd), three bookies (one per
---bookie-addrs entry) and the HTTP server with /healthz, /readyz and /metrics.
-A broker joins it in a later release.`,
+It runs: the embedded metadata store (etcd), three bookies (one per
+--bookie-addrs entry; topics use E=3, Qw=3, Qa=2), a broker serving the Kafka
+protocol on --kafka-addr, and the HTTP server with /healthz, /readyz and /metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -54,6 +55,7 @@ A broker joins it in a later release.`,
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
 	f.StringSliceVar(&o.bookieAddrs, "bookie-addrs", []string{"127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"}, "listen addresses of the bookies to run, one bookie each (data in DATA-DIR/bookie-N)")
 	addMetaMemberFlags(cmd, &o.meta, "meta-")
+	o.broker.register(cmd)
 	return cmd
 }
 
@@ -98,13 +100,27 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		health.Register(n.ID(), n.Healthy)
 	}
 
+	br, closeBroker, err := o.broker.start(ctx, store, o.httpAddr, log)
+	if err != nil {
+		return err
+	}
+	defer closeBroker() // before the bookies close: close the ledgers cleanly first
+	health.Register("broker", func(context.Context) error {
+		select {
+		case <-br.Lost():
+			return errors.New("metadata session lost")
+		default:
+			return nil
+		}
+	})
+
 	httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
 	if err != nil {
 		return err
 	}
 	health.SetReady(true)
 	log.Info("quire standalone ready", "cluster", id, "data-dir", o.dataDir, "http", "http://"+httpServer.Addr(),
-		"meta", embedded.Endpoint(), "startup", time.Since(started).Round(time.Millisecond))
+		"meta", embedded.Endpoint(), "kafka", o.broker.kafkaAddr, "startup", time.Since(started).Round(time.Millisecond))
 
 	var runErr error
 	select {

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"quire/internal/admin"
+	"quire/internal/bookie/client"
+	"quire/internal/ledger/ledgerclient"
+	"quire/internal/meta"
+	"quire/internal/server"
+)
+
+// brokerFlags configure a broker, shared by `quire broker` and
+// `quire standalone`.
+type brokerFlags struct {
+	id                int32
+	kafkaAddr         string
+	kafkaAdvertised   string
+	zone              string
+	namespace         string
+	autoCreateTopics  bool
+	defaultPartitions int32
+	maxMessageBytes   int32
+	sessionTTL        time.Duration
+}
+
+func (b *brokerFlags) register(cmd *cobra.Command) {
+	d := server.DefaultConfig()
+	f := cmd.Flags()
+	f.Int32Var(&b.id, "broker-id", 0, "broker id (0: allocate one from the metadata store)")
+	f.StringVar(&b.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "Kafka protocol listen address")
+	f.StringVar(&b.kafkaAdvertised, "kafka-advertised-addr", "", "host:port clients are told to connect to (default: the listen address)")
+	f.StringVar(&b.zone, "zone", "", "zone/rack label (Kafka clients see it as the broker's rack)")
+	f.StringVar(&b.namespace, "kafka-namespace", d.Namespace, "tenant/namespace that holds Kafka topics")
+	f.BoolVar(&b.autoCreateTopics, "auto-create-topics", d.AutoCreateTopics, "create unknown topics on metadata requests (auto.create.topics.enable)")
+	f.Int32Var(&b.defaultPartitions, "num-partitions", d.DefaultPartitions, "partitions of auto-created topics (num.partitions)")
+	f.Int32Var(&b.maxMessageBytes, "message-max-bytes", d.MaxMessageBytes, "largest record batch a produce may carry (message.max.bytes)")
+	f.DurationVar(&b.sessionTTL, "broker-session-ttl", d.SessionTTL, "metadata session TTL: how long a crashed broker's bundles stay unowned")
+}
+
+// start listens and starts a broker on store.
+func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr string, log *slog.Logger) (*server.Broker, func(), error) {
+	ln, err := net.Listen("tcp", b.kafkaAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka listener: %w", err)
+	}
+	bookies := client.New(client.Config{Logger: log})
+	ledgers := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bookies, Name: "broker", Logger: log})
+	br, err := server.Start(ctx, server.Config{
+		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: b.kafkaAdvertised,
+		HTTPAddr: httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
+		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
+		Registerer: prometheus.DefaultRegisterer, Logger: log,
+	})
+	if err != nil {
+		ln.Close()
+		bookies.Close()
+		return nil, nil, err
+	}
+	return br, func() {
+		if err := br.Close(); err != nil {
+			log.Warn("broker close", "err", err)
+		}
+		bookies.Close()
+	}, nil
+}
+
+type brokerOptions struct {
+	metaEndpoints []string
+	httpAddr      string
+	broker        brokerFlags
+}
+
+func newBrokerCommand() *cobra.Command {
+	var o brokerOptions
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "Run a broker: topic owners and the Kafka protocol front end (ledger mode)",
+		Long: `Run a broker. It keeps nothing durable: it joins the cluster through the metadata
+store, owns namespace bundles through ephemeral keys, and serves the Kafka
+protocol for the partitions of the bundles it owns, each a managed ledger on the
+bookies. When a broker dies, another one takes its bundles over by fencing their
+ledgers; no data is copied.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(o.metaEndpoints) == 0 {
+				return fmt.Errorf("broker: --meta-endpoints is required")
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: withScheme(o.metaEndpoints)})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			log := slog.Default()
+			br, closeBroker, err := o.broker.start(ctx, store, o.httpAddr, log)
+			if err != nil {
+				return err
+			}
+			defer closeBroker()
+			health := admin.NewHealth()
+			health.Register("broker", func(context.Context) error {
+				select {
+				case <-br.Lost():
+					return fmt.Errorf("metadata session lost")
+				default:
+					return nil
+				}
+			})
+			httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
+			if err != nil {
+				return err
+			}
+			health.SetReady(true)
+			var runErr error
+			select {
+			case <-ctx.Done():
+				log.Info("broker stopping")
+			case <-br.Lost():
+				runErr = fmt.Errorf("broker %d lost its metadata session; restart it to rejoin", br.ID())
+			}
+			health.SetReady(false)
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = httpServer.Shutdown(sctx)
+			return runErr
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.metaEndpoints, "meta-endpoints", nil, "etcd endpoints (host:port, comma separated)")
+	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
+	o.broker.register(cmd)
+	return cmd
+}

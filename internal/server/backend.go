@@ -1,0 +1,369 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"quire/internal/broker"
+	"quire/internal/kafka"
+	"quire/internal/meta"
+	"quire/internal/mlog/mlogclient"
+)
+
+var _ kafka.Backend = (*Broker)(nil)
+
+func toKafka(bi broker.BrokerInfo) kafka.Broker {
+	host, port, _ := splitHostPort(bi.KafkaAddr)
+	kb := kafka.Broker{ID: bi.ID, Host: host, Port: port}
+	if bi.Zone != "" {
+		kb.Rack = ptr(bi.Zone)
+	}
+	return kb
+}
+
+// Self implements kafka.Backend.
+func (b *Broker) Self() kafka.Broker { return toKafka(b.cluster.Self()) }
+
+// Brokers implements kafka.Backend.
+func (b *Broker) Brokers(context.Context) ([]kafka.Broker, error) {
+	var out []kafka.Broker
+	for _, bi := range b.cluster.Brokers() {
+		out = append(out, toKafka(bi))
+	}
+	return out, nil
+}
+
+// ClusterID implements kafka.Backend.
+func (b *Broker) ClusterID() string { return b.cfg.ClusterID }
+
+// ControllerID implements kafka.Backend: the lowest live broker id (any
+// broker can serve admin requests in ledger mode).
+func (b *Broker) ControllerID() int32 {
+	bs := b.cluster.Brokers()
+	if len(bs) == 0 {
+		return b.cluster.Self().ID
+	}
+	return bs[0].ID
+}
+
+// MaxMessageBytes implements kafka.Backend.
+func (b *Broker) MaxMessageBytes() int32 { return b.cfg.MaxMessageBytes }
+
+// Topics implements kafka.Backend.
+func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([]kafka.TopicInfo, error) {
+	var recs []broker.TopicRecord
+	if names == nil {
+		all, err := b.admin.ListTopics(ctx, b.cfg.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		recs = all
+	} else {
+		for _, n := range names {
+			rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, n)
+			if errors.Is(err, broker.ErrTopicNotFound) && autoCreate && b.cfg.AutoCreateTopics {
+				rec, err = b.admin.CreateTopic(ctx, b.cfg.Namespace, n, b.cfg.DefaultPartitions, nil)
+				if errors.Is(err, broker.ErrTopicExists) {
+					rec, err = b.admin.GetTopic(ctx, b.cfg.Namespace, n)
+				}
+				if err == nil {
+					b.log.Info("topic auto-created", "topic", n, "partitions", rec.Partitions)
+				}
+			}
+			if errors.Is(err, broker.ErrTopicNotFound) || errors.Is(err, broker.ErrInvalidTopicName) || errors.Is(err, broker.ErrInvalidName) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			recs = append(recs, rec)
+		}
+	}
+	out := make([]kafka.TopicInfo, 0, len(recs))
+	for _, rec := range recs {
+		ti := kafka.TopicInfo{Name: rec.Name, ID: rec.ID}
+		for i := range rec.Partitions {
+			leader := b.leaderOf(ctx, broker.PartitionName(b.cfg.Namespace, rec.Name, i))
+			pi := kafka.PartitionInfo{Partition: i, Leader: leader, LeaderEpoch: -1}
+			if leader >= 0 {
+				pi.Replicas, pi.ISR = []int32{leader}, []int32{leader}
+			}
+			ti.Partitions = append(ti.Partitions, pi)
+		}
+		out = append(out, ti)
+	}
+	return out, nil
+}
+
+// leaderOf names the owner of a partition's bundle, assigning one if the
+// bundle is unowned (bounded: -1 and the client retries).
+func (b *Broker) leaderOf(ctx context.Context, name string) int32 {
+	if o, ok := b.cluster.OwnerOf(name); ok {
+		return o.Owner.ID
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	o, err := b.cluster.Lookup(lctx, name)
+	if err != nil {
+		return -1
+	}
+	return o.ID
+}
+
+func topicErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, broker.ErrTopicExists):
+		return kerr.TopicAlreadyExists
+	case errors.Is(err, broker.ErrTopicNotFound):
+		return kerr.UnknownTopicOrPartition
+	case errors.Is(err, broker.ErrInvalidTopicName), errors.Is(err, broker.ErrInvalidName):
+		return kerr.InvalidTopicException
+	case errors.Is(err, broker.ErrInvalidPartitions):
+		return kerr.InvalidPartitions
+	case errors.Is(err, meta.ErrUnavailable):
+		return kerr.RequestTimedOut
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke
+	}
+	return err
+}
+
+func derefConfigs(in map[string]*string) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range in {
+		if v == nil {
+			return nil, fmt.Errorf("%w: config %q has no value", kerr.InvalidConfig, k)
+		}
+		out[k] = *v
+	}
+	return out, nil
+}
+
+// CreateTopic implements kafka.Backend.
+func (b *Broker) CreateTopic(ctx context.Context, name string, numPartitions int32, configs map[string]*string, validateOnly bool) error {
+	if numPartitions == -1 {
+		numPartitions = b.cfg.DefaultPartitions
+	}
+	if numPartitions < 1 || numPartitions > broker.MaxPartitions {
+		return kerr.InvalidPartitions
+	}
+	if err := broker.ValidateTopicName(name); err != nil {
+		return kerr.InvalidTopicException
+	}
+	cfgs, err := derefConfigs(configs)
+	if err != nil {
+		return err
+	}
+	if err := validateConfigs(cfgs); err != nil {
+		return err
+	}
+	if validateOnly {
+		if _, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name); err == nil {
+			return kerr.TopicAlreadyExists
+		}
+		return nil
+	}
+	_, err = b.admin.CreateTopic(ctx, b.cfg.Namespace, name, numPartitions, cfgs)
+	return topicErr(err)
+}
+
+// DeleteTopic implements kafka.Backend: the record goes first (the topic
+// is gone for clients at once); partitions loaded anywhere stop when their
+// owners see the record's delete; the ledgers are deleted in the background.
+func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name)
+	if err != nil {
+		return topicErr(err)
+	}
+	if err := b.admin.DeleteTopic(ctx, b.cfg.Namespace, name); err != nil {
+		return topicErr(err)
+	}
+	b.dropTopic(name, rec.Partitions)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		// Let owners elsewhere notice the delete and close first.
+		select {
+		case <-time.After(2 * time.Second):
+		case <-b.ctx.Done():
+			return
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		defer cancel()
+		for i := range rec.Partitions {
+			storage := storageName(broker.PartitionName(b.cfg.Namespace, name, i), rec.ID)
+			if err := mlogclient.Delete(ctx, b.cfg.Store, b.cfg.Ledgers, storage); err != nil {
+				b.log.Warn("delete partition storage", "partition", storage, "err", err)
+				continue
+			}
+			if kv, err := b.cfg.Store.Get(ctx, floorKey(storage)); err == nil {
+				_ = b.cfg.Store.Delete(ctx, kv.Key, kv.Version)
+			}
+		}
+	}()
+	return nil
+}
+
+// watchTopics drops loaded partitions of topics deleted through any broker.
+func (b *Broker) watchTopics() {
+	prefix := broker.TopicsPrefix + b.cfg.Namespace + "/"
+	for b.ctx.Err() == nil {
+		for resp := range b.cfg.Store.Watch(b.ctx, prefix, 0) {
+			for _, ev := range resp.Events {
+				if ev.Type != meta.EventDelete {
+					continue
+				}
+				name := strings.TrimPrefix(ev.Key, prefix)
+				b.dropTopicAnyPartition(name)
+			}
+		}
+		select {
+		case <-b.ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (b *Broker) dropTopicAnyPartition(topicName string) {
+	b.mu.Lock()
+	var doomed []*loaded
+	for name, l := range b.parts {
+		if _, t, _, err := broker.ParsePartitionName(name); err == nil && t == topicName {
+			doomed = append(doomed, l)
+		}
+	}
+	b.mu.Unlock()
+	for _, l := range doomed {
+		b.drop(l)
+	}
+}
+
+// CreatePartitions implements kafka.Backend.
+func (b *Broker) CreatePartitions(ctx context.Context, name string, count int32, validateOnly bool) error {
+	rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name)
+	if err != nil {
+		return topicErr(err)
+	}
+	if count <= rec.Partitions || count > broker.MaxPartitions {
+		return kerr.InvalidPartitions
+	}
+	if validateOnly {
+		return nil
+	}
+	_, err = b.admin.SetPartitions(ctx, b.cfg.Namespace, name, count)
+	return topicErr(err)
+}
+
+// TopicConfigs implements kafka.Backend.
+func (b *Broker) TopicConfigs(ctx context.Context, name string) ([]kafka.ConfigEntry, error) {
+	rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name)
+	if err != nil {
+		return nil, topicErr(err)
+	}
+	pol, err := b.admin.GetPolicies(ctx, b.cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return describeConfigs(rec.Configs, pol), nil
+}
+
+// AlterTopicConfigs implements kafka.Backend. Changes apply when a
+// partition is next loaded.
+func (b *Broker) AlterTopicConfigs(ctx context.Context, name string, ops []kafka.ConfigOp, validateOnly bool) error {
+	apply := func(cfgs map[string]string) error {
+		for _, op := range ops {
+			switch op.Op {
+			case kmsg.IncrementalAlterConfigOpSet:
+				if op.Value == nil {
+					return kerr.InvalidConfig
+				}
+				cfgs[op.Name] = *op.Value
+			case kmsg.IncrementalAlterConfigOpDelete:
+				if _, ok := topicConfigs[op.Name]; !ok {
+					return fmt.Errorf("%w: unknown topic config %q", kerr.InvalidConfig, op.Name)
+				}
+				delete(cfgs, op.Name)
+			default:
+				// APPEND and SUBTRACT apply to list configs; the only list
+				// config (cleanup.policy) has one allowed value.
+				return fmt.Errorf("%w: operation %v on %q", kerr.InvalidConfig, op.Op, op.Name)
+			}
+		}
+		return validateConfigs(cfgs)
+	}
+	if validateOnly {
+		rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name)
+		if err != nil {
+			return topicErr(err)
+		}
+		cfgs := maps.Clone(rec.Configs)
+		if cfgs == nil {
+			cfgs = map[string]string{}
+		}
+		return apply(cfgs)
+	}
+	_, err := b.admin.UpdateConfigs(ctx, b.cfg.Namespace, name, apply)
+	return topicErr(err)
+}
+
+// BrokerConfigs implements kafka.Backend.
+func (b *Broker) BrokerConfigs(ctx context.Context) ([]kafka.ConfigEntry, error) {
+	pol, err := b.admin.GetPolicies(ctx, b.cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	cs := brokerConfigs(b.cfg.AutoCreateTopics, b.cfg.DefaultPartitions, b.cfg.MaxMessageBytes, pol)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
+	return cs, nil
+}
+
+// Partition implements kafka.Backend.
+func (b *Broker) Partition(ctx context.Context, topicName string, partition int32) (kafka.Partition, error) {
+	p, err := b.partition(ctx, topicName, partition)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// InitProducerID implements kafka.Backend: ids come from a cluster-wide
+// sequence in the metadata store, so they never repeat.
+func (b *Broker) InitProducerID(ctx context.Context) (int64, int16, error) {
+	id, err := b.cfg.Store.AllocateID(ctx, "kafka-producer-id")
+	if err != nil {
+		return 0, 0, kerr.CoordinatorNotAvailable
+	}
+	return id, 0, nil
+}
+
+// groupKey is the name whose bundle decides a group's coordinator.
+func (b *Broker) groupKey(group string) string {
+	return "persistent://" + b.cfg.Namespace + "/__group-" + url.PathEscape(group)
+}
+
+// Coordinator implements kafka.Backend.
+func (b *Broker) Coordinator(ctx context.Context, group string) (kafka.Broker, error) {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	o, err := b.cluster.Lookup(lctx, b.groupKey(group))
+	if err != nil {
+		return kafka.Broker{}, kerr.CoordinatorNotAvailable
+	}
+	return toKafka(o), nil
+}
+
+// Groups implements kafka.Backend.
+func (b *Broker) Groups() kafka.GroupCoordinator { return b.groups }

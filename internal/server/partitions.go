@@ -1,0 +1,281 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"quire/internal/broker"
+	"quire/internal/mlog/mlogclient"
+	"quire/internal/topic"
+)
+
+// loaded is a partition being loaded or served by this broker.
+type loaded struct {
+	name   string // partition name (persistent://…-partition-N)
+	bundle broker.Bundle
+	ready  chan struct{} // closed when load finished (p or err set)
+	p      *topic.Partition
+	err    error
+}
+
+func (l *loaded) partition() *topic.Partition {
+	select {
+	case <-l.ready:
+		return l.p
+	default:
+		return nil
+	}
+}
+
+// storageName is the managed ledger of a partition: the partition name
+// qualified by the topic's id, so a topic deleted and created again never
+// finds the old one's ledgers.
+func storageName(partitionName string, id broker.TopicID) string {
+	return partitionName + "@" + hex.EncodeToString(id[:8])
+}
+
+func floorKey(storage string) string { return "/quire/kafka/floors/" + storage }
+
+// partition returns the served partition p of topic, loading it when this
+// broker owns its bundle.
+func (b *Broker) partition(ctx context.Context, topicName string, idx int32) (*topic.Partition, error) {
+	name := broker.PartitionName(b.cfg.Namespace, topicName, idx)
+	for attempt := 0; ; attempt++ {
+		b.mu.Lock()
+		l := b.parts[name]
+		b.mu.Unlock()
+		if l == nil {
+			var err error
+			if l, err = b.startLoad(ctx, topicName, idx, name); err != nil {
+				return nil, err
+			}
+		}
+		select {
+		case <-l.ready:
+		case <-ctx.Done():
+			return nil, kerr.RequestTimedOut
+		}
+		if l.err != nil {
+			return nil, l.err
+		}
+		if l.p.Failed() == nil {
+			return l.p, nil
+		}
+		// It stopped (fenced by a new owner, or its log failed): drop it and
+		// load again if we still own it.
+		b.drop(l)
+		if attempt > 0 {
+			return nil, kerr.NotLeaderForPartition
+		}
+	}
+}
+
+// startLoad registers a load of the partition and runs it in the
+// background (so a client that gives up does not abort it).
+func (b *Broker) startLoad(ctx context.Context, topicName string, idx int32, name string) (*loaded, error) {
+	if !b.cluster.Owns(name) {
+		owner, err := b.cluster.Lookup(ctx, name)
+		if err != nil {
+			b.log.Warn("lookup failed", "partition", name, "err", err)
+			return nil, kerr.NotLeaderForPartition
+		}
+		if owner.ID != b.cluster.Self().ID {
+			return nil, kerr.NotLeaderForPartition
+		}
+	}
+	bundle, err := b.cluster.BundleOf(name)
+	if err != nil {
+		return nil, kerr.NotLeaderForPartition
+	}
+	rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, topicName)
+	if errors.Is(err, broker.ErrTopicNotFound) {
+		return nil, kerr.UnknownTopicOrPartition
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition %s: %w", name, err)
+	}
+	if idx < 0 || idx >= rec.Partitions {
+		return nil, kerr.UnknownTopicOrPartition
+	}
+	b.mu.Lock()
+	if l := b.parts[name]; l != nil {
+		b.mu.Unlock()
+		return l, nil
+	}
+	if b.ctx.Err() != nil {
+		b.mu.Unlock()
+		return nil, kerr.NotLeaderForPartition
+	}
+	l := &loaded{name: name, bundle: bundle, ready: make(chan struct{})}
+	b.parts[name] = l
+	b.mu.Unlock()
+	go b.load(l, rec)
+	return l, nil
+}
+
+func (b *Broker) load(l *loaded, rec broker.TopicRecord) {
+	defer close(l.ready)
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	pol, err := b.admin.GetPolicies(ctx, b.cfg.Namespace)
+	if err != nil {
+		l.err = fmt.Errorf("load %s: %w", l.name, err)
+		b.forget(l)
+		return
+	}
+	storage := storageName(l.name, rec.ID)
+	mcfg := mlogclient.Config{
+		Ledgers: b.cfg.Ledgers, Store: b.cfg.Store, Topic: topicSettings(rec.Configs),
+		Ensemble: pol.Persistence.Ensemble, WriteQuorum: pol.Persistence.WriteQuorum, AckQuorum: pol.Persistence.AckQuorum,
+		Logger: b.cfg.Logger,
+	}
+	mcfg.Topic.Owner = fmt.Sprintf("broker-%d", b.cluster.Self().ID)
+	t, err := mlogclient.Open(ctx, storage, mcfg)
+	if err != nil {
+		b.log.Warn("load partition", "partition", l.name, "err", err)
+		l.err = kerr.NotLeaderForPartition
+		b.forget(l)
+		return
+	}
+	p, err := topic.Open(ctx, topic.Config{
+		Name: l.name, Log: topic.LedgerLog{T: t}, Store: b.cfg.Store, FloorKey: floorKey(storage),
+		Logger: b.cfg.Logger,
+		OnFail: func(error) { b.drop(l) },
+	})
+	if err != nil {
+		b.log.Warn("load partition", "partition", l.name, "err", err)
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Close(cctx)
+		ccancel()
+		l.err = kerr.NotLeaderForPartition
+		b.forget(l)
+		return
+	}
+	l.p = p
+	b.log.Info("partition loaded", "partition", l.name, "hw", p.HighWatermark(), "took", time.Since(start).Round(time.Millisecond))
+	// Released while loading? Then close it now.
+	if !b.cluster.Owns(l.name) {
+		go b.drop(l)
+	}
+}
+
+// forget removes a failed load so the next request tries again.
+func (b *Broker) forget(l *loaded) {
+	b.mu.Lock()
+	if b.parts[l.name] == l {
+		delete(b.parts, l.name)
+	}
+	b.mu.Unlock()
+}
+
+// drop stops serving a partition and closes it.
+func (b *Broker) drop(l *loaded) {
+	b.forget(l)
+	<-l.ready
+	if l.p != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := l.p.Close(ctx); err != nil {
+			b.log.Debug("close partition", "partition", l.name, "err", err)
+		}
+	}
+}
+
+// onAcquire loads the partitions of a newly owned bundle eagerly, so that
+// after a failover producers find them recovered.
+func (b *Broker) onAcquire(bundle broker.Bundle) {
+	if bundle.Namespace != b.cfg.Namespace {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		defer cancel()
+		topics, err := b.admin.ListTopics(ctx, b.cfg.Namespace)
+		if err != nil {
+			b.log.Warn("list topics of an acquired bundle", "bundle", bundle, "err", err)
+			return
+		}
+		sem := make(chan struct{}, 8)
+		var wg sync.WaitGroup
+		for _, t := range topics {
+			for i := range t.Partitions {
+				name := broker.PartitionName(b.cfg.Namespace, t.Name, i)
+				if bb, err := b.cluster.BundleOf(name); err != nil || bb != bundle {
+					continue
+				}
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					if _, err := b.partition(ctx, t.Name, i); err != nil {
+						b.log.Debug("eager load", "partition", name, "err", err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}()
+}
+
+// onRelease closes the partitions of a bundle this broker no longer owns.
+func (b *Broker) onRelease(bundle broker.Bundle) {
+	b.mu.Lock()
+	var doomed []*loaded
+	for _, l := range b.parts {
+		if l.bundle == bundle {
+			doomed = append(doomed, l)
+		}
+	}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range doomed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.drop(l)
+		}()
+	}
+	wg.Wait()
+}
+
+// closeAll closes every partition (shutdown).
+func (b *Broker) closeAll() {
+	b.mu.Lock()
+	var all []*loaded
+	for _, l := range b.parts {
+		all = append(all, l)
+	}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.drop(l)
+		}()
+	}
+	wg.Wait()
+}
+
+// dropTopic closes every loaded partition of a topic (it was deleted).
+func (b *Broker) dropTopic(topicName string, partitions int32) {
+	for i := range partitions {
+		name := broker.PartitionName(b.cfg.Namespace, topicName, i)
+		b.mu.Lock()
+		l := b.parts[name]
+		b.mu.Unlock()
+		if l != nil {
+			b.drop(l)
+		}
+	}
+}

@@ -1,0 +1,242 @@
+// Package server is the broker process of ledger mode: it joins the
+// cluster (registration, bundle ownership through internal/broker), loads
+// the partitions of the bundles it owns as topic.Partitions over managed
+// ledgers, and serves them through the Kafka front end (internal/kafka),
+// with consumer groups from internal/kafka/group. It implements
+// kafka.Backend.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"quire/internal/broker"
+	"quire/internal/kafka"
+	"quire/internal/ledger/ledgerclient"
+	"quire/internal/meta"
+)
+
+// Config configures a broker.
+type Config struct {
+	Store   meta.Store
+	Ledgers *ledgerclient.Client
+	// ID is the broker id (0: allocate one). KafkaAdvertised is the
+	// host:port clients are told (default: the listener's address).
+	ID              int32
+	KafkaListener   net.Listener
+	KafkaAdvertised string
+	HTTPAddr        string
+	Zone            string
+	// Namespace holds Kafka topics (default public/default).
+	Namespace string
+	// AutoCreateTopics creates unknown topics on metadata and produce
+	// requests (default true via DefaultConfig); DefaultPartitions is
+	// their partition count (num.partitions, default 1).
+	AutoCreateTopics  bool
+	DefaultPartitions int32
+	MaxMessageBytes   int32
+	// SessionTTL is the metadata session's TTL: how long after a crash the
+	// broker's bundles stay unowned before another broker takes them.
+	SessionTTL time.Duration
+	ClusterID  string
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// DefaultConfig returns the defaults for the fields that have them.
+func DefaultConfig() Config {
+	return Config{Namespace: "public/default", AutoCreateTopics: true, DefaultPartitions: 1,
+		MaxMessageBytes: defaultMaxMessageBytes, SessionTTL: 6 * time.Second, ClusterID: "quire"}
+}
+
+// Broker is one running broker.
+type Broker struct {
+	cfg     Config
+	log     *slog.Logger
+	session meta.Session
+	cluster *broker.Cluster
+	admin   *broker.Admin
+	front   *kafka.Server
+	groups  kafka.GroupCoordinator
+	closeGroups func()
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	parts map[string]*loaded // by partition name
+}
+
+// Start joins the cluster and serves Kafka on cfg.KafkaListener.
+func Start(ctx context.Context, cfg Config) (*Broker, error) {
+	def := DefaultConfig()
+	if cfg.Namespace == "" {
+		cfg.Namespace = def.Namespace
+	}
+	if cfg.DefaultPartitions <= 0 {
+		cfg.DefaultPartitions = def.DefaultPartitions
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = def.MaxMessageBytes
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = def.SessionTTL
+	}
+	if cfg.ClusterID == "" {
+		cfg.ClusterID = def.ClusterID
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.KafkaListener == nil {
+		return nil, errors.New("server: a Kafka listener is required")
+	}
+	if cfg.KafkaAdvertised == "" {
+		cfg.KafkaAdvertised = cfg.KafkaListener.Addr().String()
+	}
+	if _, _, err := splitHostPort(cfg.KafkaAdvertised); err != nil {
+		return nil, fmt.Errorf("server: advertised Kafka address: %w", err)
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	b := &Broker{cfg: cfg, log: cfg.Logger.With("component", "broker"), admin: broker.NewAdmin(cfg.Store),
+		ctx: bctx, cancel: cancel, parts: map[string]*loaded{}}
+	if err := b.admin.EnsureDefaults(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if ns := cfg.Namespace; ns != "public/default" {
+		if _, err := b.admin.GetPolicies(ctx, ns); errors.Is(err, broker.ErrNamespaceNotFound) {
+			if err := b.admin.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, broker.ErrNamespaceExists) {
+				cancel()
+				return nil, fmt.Errorf("server: create namespace %s: %w", ns, err)
+			}
+		}
+	}
+	sess, err := cfg.Store.NewSession(ctx, cfg.SessionTTL)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("server: metadata session: %w", err)
+	}
+	b.session = sess
+	cl, err := broker.New(broker.Config{Store: cfg.Store, Session: sess, Logger: cfg.Logger,
+		Self:      broker.BrokerInfo{ID: cfg.ID, KafkaAddr: cfg.KafkaAdvertised, HTTPAddr: cfg.HTTPAddr, Zone: cfg.Zone},
+		OnAcquire: b.onAcquire, OnRelease: b.onRelease})
+	if err != nil {
+		sess.Close()
+		cancel()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	b.cluster = cl
+	if err := cl.Start(ctx); err != nil {
+		sess.Close()
+		cancel()
+		return nil, fmt.Errorf("server: join the cluster: %w", err)
+	}
+	if b.groups, b.closeGroups, err = newGroups(b); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	front, err := kafka.New(kafka.Config{Backend: b, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	b.front = front
+	b.wg.Add(3)
+	go func() {
+		defer b.wg.Done()
+		b.watchTopics()
+	}()
+	go func() {
+		defer b.wg.Done()
+		if err := front.Serve(cfg.KafkaListener); err != nil && b.ctx.Err() == nil {
+			b.log.Error("kafka listener stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.maintain()
+	}()
+	b.log.Info("broker started", "id", cl.Self().ID, "kafka", cfg.KafkaAdvertised, "namespace", cfg.Namespace)
+	return b, nil
+}
+
+// ID is the broker's id.
+func (b *Broker) ID() int32 { return b.cluster.Self().ID }
+
+// Lost is closed when the broker lost its metadata session: it owns
+// nothing any more and must be restarted to rejoin.
+func (b *Broker) Lost() <-chan struct{} { return b.cluster.Done() }
+
+// Close stops serving: the Kafka listener closes, the partitions close
+// (their current ledgers are closed cleanly), the bundles are released so
+// another broker takes them at once, and the session ends.
+func (b *Broker) Close() error {
+	b.cancel()
+	if b.front != nil {
+		b.front.Close()
+	}
+	var err error
+	if b.cluster != nil {
+		err = b.cluster.Close() // releases bundles: onRelease closes their partitions
+	}
+	b.closeAll()
+	if b.closeGroups != nil {
+		b.closeGroups()
+	}
+	if b.session != nil {
+		b.session.Close()
+	}
+	b.wg.Wait()
+	return err
+}
+
+// maintain refreshes the loaded partitions' log start (retention) now and
+// then, and drops partitions that failed.
+func (b *Broker) maintain() {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		var ps []*loaded
+		for _, l := range b.parts {
+			ps = append(ps, l)
+		}
+		b.mu.Unlock()
+		for _, l := range ps {
+			if p := l.partition(); p != nil {
+				ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+				if err := p.RefreshStart(ctx); err != nil {
+					b.log.Debug("refresh log start", "partition", l.name, "err", err)
+				}
+				cancel()
+			}
+		}
+	}
+}
+
+func splitHostPort(addr string) (string, int32, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.ParseInt(port, 10, 32)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", port, err)
+	}
+	return host, int32(n), nil
+}
