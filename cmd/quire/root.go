@@ -64,7 +64,6 @@ and the defaults shown in each command's --help.`,
 	return root
 }
 
-
 // applyConfig fills every flag the user did not set from QUIRE_* environment
 // variables, then from the YAML file. Flags always win.
 func applyConfig(cmd *cobra.Command, file string) error {

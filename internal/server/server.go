@@ -59,13 +59,13 @@ func DefaultConfig() Config {
 
 // Broker is one running broker.
 type Broker struct {
-	cfg     Config
-	log     *slog.Logger
-	session meta.Session
-	cluster *broker.Cluster
-	admin   *broker.Admin
-	front   *kafka.Server
-	groups  kafka.GroupCoordinator
+	cfg         Config
+	log         *slog.Logger
+	session     meta.Session
+	cluster     *broker.Cluster
+	admin       *broker.Admin
+	front       *kafka.Server
+	groups      kafka.GroupCoordinator
 	closeGroups func()
 
 	ctx    context.Context
