@@ -200,16 +200,16 @@ func (c *Cluster) Close() error {
 		c.notifyOwnersLocked() // wake waiting Lookups: they now fail with ErrClosed
 		c.mu.Unlock()
 		if started {
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 			// Deregister first: the other brokers then leave this one out of
 			// the rendezvous choice by the time they see its bundles free.
-			c.deregisterCtx(ctx)
+			c.deregister()
 			for _, b := range owned {
+				ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 				if err := c.Unload(ctx, b); err != nil && !errors.Is(err, ErrNotOwner) {
 					c.logger.Warn("broker: release on close", "bundle", b, "err", err)
 				}
+				cancel()
 			}
-			cancel()
 			c.cancel()
 			c.wg.Wait()
 			c.events.stop()
@@ -219,13 +219,11 @@ func (c *Cluster) Close() error {
 	return nil
 }
 
+// deregister deletes the broker's registration (best effort: it also goes
+// with the session).
 func (c *Cluster) deregister() {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 	defer cancel()
-	c.deregisterCtx(ctx)
-}
-
-func (c *Cluster) deregisterCtx(ctx context.Context) {
 	c.mu.Lock()
 	key, v, lost := brokerKey(c.self.ID), c.registration, c.lost
 	c.mu.Unlock()

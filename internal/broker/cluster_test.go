@@ -133,6 +133,27 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
+// waitEventsMatch waits until the events delivered (asynchronously) to rec
+// add up to c.OwnedBundles, and returns the bundles held.
+func waitEventsMatch(t *testing.T, rec *recorder, c *Cluster) map[Bundle]bool {
+	t.Helper()
+	var held map[Bundle]bool
+	waitFor(t, 5*time.Second, "events match OwnedBundles", func() bool {
+		held, _, _ = rec.snapshot()
+		owned := c.OwnedBundles()
+		if len(held) != len(owned) {
+			return false
+		}
+		for _, b := range owned {
+			if !held[b] {
+				return false
+			}
+		}
+		return true
+	})
+	return held
+}
+
 // ownedBy returns, per bundle, the brokers that believe they own it.
 func ownedBy(brokers ...*testBroker) map[Bundle][]int32 {
 	out := map[Bundle][]int32{}
@@ -280,16 +301,15 @@ func TestLookupAgrees(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
 	for _, tb := range []*testBroker{a, b} {
-		held, _, _ := tb.rec.snapshot()
-		if len(held) != len(tb.cluster.OwnedBundles()) || len(held) == 0 {
-			t.Fatalf("broker %d: events say %d bundles, OwnedBundles %d", tb.cluster.Self().ID, len(held), len(tb.cluster.OwnedBundles()))
+		if held := waitEventsMatch(t, tb.rec, tb.cluster); len(held) == 0 {
+			t.Fatalf("broker %d owns nothing", tb.cluster.Self().ID)
 		}
 		// OwnerOf (cache only) agrees once the watch caught up.
 		waitFor(t, 5*time.Second, "caches agree", func() bool {
 			for i := range 32 {
 				name := PartitionName(ns, "t", int32(i))
 				o, ok := tb.cluster.OwnerOf(name)
-				if !ok || o.ID != results[i][0].ID {
+				if !ok || o.Owner.ID != results[i][0].ID || o.Version == 0 {
 					return false
 				}
 			}
@@ -333,10 +353,20 @@ func TestFailover(t *testing.T) {
 	const ns = "acme/orders"
 	bounds := createNamespace(t, a.cluster.Admin(), ns, 16)
 	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
-	aHeld, _, _ := a.rec.snapshot()
+	aHeld := waitEventsMatch(t, a.rec, a.cluster)
 	if len(aHeld) == 0 || len(b.cluster.OwnedBundles()) == 0 {
 		t.Fatalf("rendezvous left a broker empty: a=%d b=%d", len(aHeld), len(b.cluster.OwnedBundles()))
 	}
+
+	var moved Bundle
+	for bundle := range aHeld {
+		moved = bundle
+	}
+	waitFor(t, 5*time.Second, "b's cache shows a's ownership", func() bool {
+		o, ok := b.cluster.BundleOwner(moved)
+		return ok && o.Owner.ID == 1
+	})
+	before, _ := b.cluster.BundleOwner(moved)
 
 	expired := time.Now()
 	srv.ExpireSession(a.session.ID())
@@ -354,11 +384,14 @@ func TestFailover(t *testing.T) {
 	}
 	waitFor(t, time.Second, "survivor owns every bundle", func() bool { return allOwnedOnce(ns, bounds, b) })
 	t.Logf("takeover of %d bundles in %v", len(aHeld), time.Since(expired))
-	held, _, _ := b.rec.snapshot()
+	held := waitEventsMatch(t, b.rec, b.cluster)
 	for bundle := range aHeld {
 		if !held[bundle] {
 			t.Fatalf("survivor got no acquire event for %s", bundle)
 		}
+	}
+	if after, ok := b.cluster.BundleOwner(moved); !ok || after.Owner.ID != 2 || after.Version <= before.Version {
+		t.Fatalf("ownership of %s: before %+v, after %+v: the epoch must grow", moved, before, after)
 	}
 	ctx := context.Background()
 	if _, err := a.cluster.Lookup(ctx, PartitionName(ns, "t", 0)); !errors.Is(err, ErrSessionLost) {
@@ -526,4 +559,62 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 	waitFor(t, 2*time.Second, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 	client.Close()
+}
+
+// TestWatchCompactedRelists: a watch that breaks with its history compacted
+// is replaced by a fresh listing, and the caches converge.
+func TestWatchCompactedRelists(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/one", 2)
+	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
+	// Break every watch, and make its resumption point unavailable.
+	srv.Compact(srv.Revision())
+	srv.DisconnectWatches()
+	bounds2 := createNamespace(t, a.cluster.Admin(), "acme/two", 4)
+	waitFor(t, 5*time.Second, "new namespace owned after relist", func() bool { return allOwnedOnce("acme/two", bounds2, a) })
+	waitFor(t, 5*time.Second, "old namespace still owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
+}
+
+// TestForeignDeleteOfOwnership: when someone else deletes our ownership key
+// (an operator), we hear of it, release, and the bundle is placed again.
+func TestForeignDeleteOfOwnership(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	b := BundlesOf("acme/orders", bounds)[0]
+	op := srv.NewClient()
+	defer op.Close()
+	kv, err := op.Get(context.Background(), ownershipKey(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Delete(context.Background(), kv.Key, kv.Version); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "released and reacquired", func() bool {
+		_, acquires, releases := a.rec.snapshot()
+		o, ok := a.cluster.BundleOwner(b)
+		return releases == 1 && acquires == 3 && ok && o.Version > kv.Version
+	})
+}
+
+func TestDeleteTopicRecreated(t *testing.T) {
+	ctx := context.Background()
+	_, a := newMemAdmin(t)
+	if err := a.EnsureDefaults(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := a.CreateTopic(ctx, DefaultNamespace, "t", 1, nil)
+	if err := a.DeleteTopic(ctx, DefaultNamespace, "t"); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := a.CreateTopic(ctx, DefaultNamespace, "t", 1, nil)
+	if err := a.deleteTopicAgain(ctx, first); !errors.Is(err, ErrTopicNotFound) {
+		t.Fatalf("delete of a recreated topic: %v", err)
+	}
+	if got, err := a.GetTopic(ctx, DefaultNamespace, "t"); err != nil || got.ID != second.ID {
+		t.Fatalf("the new topic was deleted: %+v %v", got, err)
+	}
 }

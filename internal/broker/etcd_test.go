@@ -116,7 +116,7 @@ func TestEtcdFailover(t *testing.T) {
 		return true
 	}
 	waitFor(t, 10*time.Second, "every bundle owned once", func() bool { return allOnce(a, b) })
-	heldA, _, _ := recA.snapshot()
+	heldA := waitEventsMatch(t, recA, a)
 	if len(heldA) == 0 {
 		t.Fatal("broker 1 owns nothing; the failover below would prove nothing")
 	}
@@ -131,7 +131,7 @@ func TestEtcdFailover(t *testing.T) {
 	if d := time.Since(ended); d > 3*time.Second {
 		t.Fatalf("takeover took %v", d)
 	}
-	held, _, _ := recB.snapshot()
+	held := waitEventsMatch(t, recB, b)
 	for bundle := range heldA {
 		if !held[bundle] {
 			t.Fatalf("no acquire event on the survivor for %s", bundle)

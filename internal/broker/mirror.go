@@ -60,6 +60,7 @@ func (m *mirror) run(ctx context.Context, rev int64) {
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		var werr error
+		delivered := false
 		for resp := range m.store.Watch(wctx, m.prefix, rev+1) {
 			if resp.Err != nil {
 				werr = resp.Err
@@ -68,6 +69,7 @@ func (m *mirror) run(ctx context.Context, rev int64) {
 			if len(resp.Events) > 0 {
 				m.apply(resp.Events)
 				rev = resp.Events[len(resp.Events)-1].Revision
+				delivered = true
 			}
 		}
 		cancel()
@@ -76,6 +78,16 @@ func (m *mirror) run(ctx context.Context, rev int64) {
 		}
 		if werr != nil && !errors.Is(werr, meta.ErrCompacted) {
 			m.logger.Warn("broker: watch ended, relisting", "prefix", m.prefix, "err", werr)
+		}
+		// A watch that fails before delivering anything would otherwise
+		// turn into a tight list/watch loop.
+		if !delivered {
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, mirrorBackoffMax)
+		} else {
+			backoff = mirrorBackoffMin
 		}
 		// Whatever ended the watch, a fresh listing is always correct.
 		rev = 0

@@ -119,29 +119,39 @@ func (c *Cluster) ownerInfoLocked(o ownerValue) BrokerInfo {
 	return BrokerInfo{ID: o.BrokerID, KafkaAddr: o.KafkaAddr, HTTPAddr: o.HTTPAddr}
 }
 
+// Ownership is a bundle's current owner as the cache last saw it.
+type Ownership struct {
+	Bundle Bundle
+	Owner  BrokerInfo
+	// Version is the version of the ownership key (a store revision). It
+	// grows with every change of owner, so it can serve as Kafka's leader
+	// epoch (truncated to int32, which wraps only after 2³¹ store writes).
+	Version meta.Version
+}
+
 // OwnerOf returns the current owner of a topic name's bundle from the cache,
 // without assigning one (false when unowned or the namespace is unknown).
 // Kafka Metadata uses this: an unowned partition has leader -1.
-func (c *Cluster) OwnerOf(name string) (BrokerInfo, bool) {
+func (c *Cluster) OwnerOf(name string) (Ownership, bool) {
 	b, err := c.BundleOf(name)
 	if err != nil {
-		return BrokerInfo{}, false
+		return Ownership{}, false
 	}
 	return c.BundleOwner(b)
 }
 
 // BundleOwner returns the cached owner of bundle b (false when unowned).
-func (c *Cluster) BundleOwner(b Bundle) (BrokerInfo, bool) {
+func (c *Cluster) BundleOwner(b Bundle) (Ownership, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, mine := c.owned[b]; mine {
-		return c.self, true
+	if v, mine := c.owned[b]; mine {
+		return Ownership{Bundle: b, Owner: c.self, Version: v}, true
 	}
 	e, ok := c.owners[b]
 	if !ok {
-		return BrokerInfo{}, false
+		return Ownership{}, false
 	}
-	return c.ownerInfoLocked(e.owner), true
+	return Ownership{Bundle: b, Owner: c.ownerInfoLocked(e.owner), Version: e.version}, true
 }
 
 // --- placement ---

@@ -33,7 +33,7 @@ func (b BrokerInfo) sameIdentity(o BrokerInfo) bool {
 // register waits, bounded by ctx, for that session to expire; anything else
 // is ErrBrokerIDInUse.
 func (c *Cluster) register(ctx context.Context) error {
-	self := c.self
+	self := c.Self()
 	if self.ID == 0 {
 		id, err := c.cfg.Store.AllocateID(ctx, BrokerIDSequence)
 		if err != nil {
@@ -58,7 +58,9 @@ func (c *Cluster) register(ctx context.Context) error {
 	for {
 		v, err := c.cfg.Session.CreateEphemeral(ctx, key, value)
 		if err == nil {
+			c.mu.Lock()
 			c.self, c.registration = self, v
+			c.mu.Unlock()
 			return nil
 		}
 		if !errors.Is(err, meta.ErrExists) {

@@ -181,6 +181,11 @@ func (a *Admin) deleteTopicAgain(ctx context.Context, prev TopicRecord) error {
 	if err != nil {
 		return fmt.Errorf("delete topic: %w", err)
 	}
+	if rec.ID != prev.ID {
+		// Deleted and created again meanwhile: the topic we were asked to
+		// delete is gone; the new one is not ours to delete.
+		return fmt.Errorf("delete topic %s/%s: recreated with id %s meanwhile: %w", prev.Namespace, prev.Name, rec.ID, ErrTopicNotFound)
+	}
 	if err := a.store.Delete(ctx, topicKey(rec.Namespace, rec.Name), rec.Version); err != nil {
 		return fmt.Errorf("delete topic %s/%s: %w", rec.Namespace, rec.Name, casErr(err, ErrTopicNotFound))
 	}
