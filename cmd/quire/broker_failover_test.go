@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"quire/internal/meta"
+)
+
+// TestBrokerFailover runs etcd, three bookie processes and two broker
+// processes; an idempotent producer with acks=all keeps producing while the
+// broker that owns the topic is SIGKILLed. Every acknowledged record must be
+// consumed exactly once, in order per partition, and production must resume
+// on the other broker within 10 s.
+func TestBrokerFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs seven processes")
+	}
+	endpoint := startTestMeta(t)
+	startBookieProcesses(t, endpoint, "a", "b", "c")
+	kafkaAddrs := map[int32]string{}
+	brokers := map[int32]*quireProcess{}
+	for _, id := range []int32{1, 2} {
+		kafkaAddrs[id] = freeAddr(t)
+		brokers[id] = startQuire(t, "broker", "--meta-endpoints", endpoint, "--broker-id", strconv.Itoa(int(id)),
+			"--kafka-addr", kafkaAddrs[id], "--http-addr", freeAddr(t), "--broker-session-ttl", "3s")
+	}
+	waitBrokers(t, endpoint, 2, brokers)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	seeds := []string{kafkaAddrs[1], kafkaAddrs[2]}
+	adminClient, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adminClient.Close()
+	adm := kadm.NewClient(adminClient)
+	const topic, partitions = "failover", 4
+	if _, err := adm.CreateTopic(ctx, partitions, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := md.Topics[topic].Partitions[0].Leader
+	if brokers[victim] == nil {
+		t.Fatalf("partition 0 has leader %d", victim)
+	}
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic(topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(90*time.Second),
+		kgo.MaxBufferedRecords(2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+
+	var mu sync.Mutex
+	acked := map[string]time.Time{}
+	var failed int
+	var killedAt time.Time
+	var firstAfterKill time.Duration
+	stop := make(chan struct{})
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rec := &kgo.Record{Key: []byte("k" + strconv.Itoa(i%16)), Value: []byte("seq-" + strconv.Itoa(i))}
+			prod.Produce(ctx, rec, func(r *kgo.Record, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed++
+					return
+				}
+				now := time.Now()
+				acked[string(r.Value)] = now
+				if !killedAt.IsZero() && firstAfterKill == 0 && now.After(killedAt) && r.Partition == 0 {
+					firstAfterKill = now.Sub(killedAt)
+				}
+			})
+		}
+	}()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	waitFor(t, "2,000 acks before the kill", 60*time.Second, func() bool { return count() >= 2000 })
+	mu.Lock()
+	killedAt = time.Now()
+	mu.Unlock()
+	if err := brokers[victim].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	waitFor(t, "production to resume on the surviving broker", 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstAfterKill > 0 && len(acked) >= before+2000
+	})
+	close(stop)
+	<-produced
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	resume, total, nFailed := firstAfterKill, len(acked), failed
+	mu.Unlock()
+	t.Logf("broker %d killed after %d acks; partition 0 acknowledged again %v after the kill; %d acks in all, %d failed",
+		victim, before, resume.Round(time.Millisecond), total, nFailed)
+	if resume > 10*time.Second {
+		t.Errorf("production resumed %v after the kill, want within 10s", resume)
+	}
+	if nFailed > 0 {
+		t.Errorf("%d records failed (the producer should retry through the failover)", nFailed)
+	}
+
+	// Consume everything from the start on the surviving broker.
+	survivor := int32(3) - victim
+	cons, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddrs[survivor]), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
+	got := map[int32]int64{}
+	seen := map[string]int{}
+	lastSeq := map[int32]int{}
+	done := func() bool {
+		for p, end := range want {
+			if got[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume: %v (have %v of %v)", err, got, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got[r.Partition] = r.Offset + 1
+			seen[string(r.Value)]++
+			seq, _ := strconv.Atoi(strings.TrimPrefix(string(r.Value), "seq-"))
+			if last, ok := lastSeq[r.Partition]; ok && seq <= last {
+				t.Errorf("partition %d: seq %d after %d (out of order or duplicated)", r.Partition, seq, last)
+			}
+			lastSeq[r.Partition] = seq
+		})
+	}
+	var missing, dups []string
+	for v := range acked {
+		if seen[v] == 0 {
+			missing = append(missing, v)
+		}
+	}
+	for v, n := range seen {
+		if n > 1 {
+			dups = append(dups, fmt.Sprintf("%s×%d", v, n))
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(dups)
+	if len(missing) > 0 || len(dups) > 0 {
+		t.Fatalf("%d acknowledged records missing (%.10v), %d duplicated (%.10v)", len(missing), missing, len(dups), dups)
+	}
+}
+
+func waitBrokers(t *testing.T, endpoint string, n int, procs map[int32]*quireProcess) {
+	t.Helper()
+	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{endpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	waitFor(t, "brokers to register", 30*time.Second, func() bool {
+		for id, p := range procs {
+			select {
+			case err := <-p.exited:
+				t.Fatalf("broker %d exited: %v\n%s", id, err, p.output)
+			default:
+			}
+		}
+		res, err := store.List(context.Background(), "/quire/brokers/", meta.ListOptions{})
+		return err == nil && len(res.KVs) == n
+	})
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		<-tick.C
+	}
+}
