@@ -98,11 +98,14 @@ func (g *Group) Join(now time.Time, waiter WaiterID, client ClientInfo, req *kms
 	return resp
 }
 
-// acceptJoiningMember is Kafka's group.max.size admission.
+// acceptJoiningMember is Kafka's group.max.size admission: members already
+// in the rebalance are always accepted, others up to the limit.
 func (g *Group) acceptJoiningMember(memberID string) bool {
 	m := g.byID[memberID]
 	switch g.state {
 	case PreparingRebalance:
+		// Counting the members that rejoined (not all members) lets the
+		// last ones to rejoin be kicked out if the limit was lowered.
 		if m != nil && m.joinWaiter != 0 {
 			return true
 		}
@@ -112,11 +115,11 @@ func (g *Group) acceptJoiningMember(memberID string) bool {
 				awaiting++
 			}
 		}
-		return awaiting+len(g.pending) < g.cfg.MaxMembers
+		return awaiting < g.cfg.MaxMembers
 	case CompletingRebalance, Stable:
-		return m != nil || len(g.members)+len(g.pending) < g.cfg.MaxMembers
+		return m != nil || len(g.members) < g.cfg.MaxMembers
 	}
-	return len(g.pending) < g.cfg.MaxMembers
+	return true
 }
 
 // supportsProtocols: an empty group takes any non-empty protocol type and
@@ -192,6 +195,10 @@ func (g *Group) newMemberJoin(now time.Time, waiter WaiterID, client ClientInfo,
 	}
 	id := g.cfg.NewMemberID(client.ID)
 	if req.Version >= 4 {
+		if len(g.pending) >= g.cfg.MaxMembers {
+			// Bound the ids handed out and not yet used.
+			return joinError(req.Version, "", kerr.GroupMaxSizeReached)
+		}
 		// KIP-394: hand out the id; the member joins again with it.
 		g.pending[id] = now.Add(sessionTimeout)
 		return joinError(req.Version, id, kerr.MemberIDRequired)
