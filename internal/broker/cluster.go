@@ -41,6 +41,13 @@ type Config struct {
 	// LookupWait bounds how long Lookup waits for the rendezvous choice to
 	// take an unowned bundle before taking it itself. Default 2 × session TTL.
 	LookupWait time.Duration
+	// HandoffAfter, when positive, makes each broker hand the bundles it owns
+	// to their rendezvous choice once that broker has been seen live for
+	// HandoffAfter: a joining broker then gets its share (and only bundles
+	// that move to it move), instead of everything staying with the brokers
+	// that started first. Each move unloads and reloads the bundle's topics.
+	// 0 (the default) disables it: bundles move only when their owner goes.
+	HandoffAfter time.Duration
 	// RequestTimeout bounds each metadata request of the background loops
 	// and of Close. Default 5s.
 	RequestTimeout time.Duration
@@ -82,6 +89,8 @@ type Cluster struct {
 	lost         bool // the session ended
 	closing      bool // Close began
 	brokers      map[int32]BrokerInfo
+	// brokerSeen is when this broker first saw each live broker.
+	brokerSeen map[int32]time.Time
 	// brokersChanged and ownersChanged are closed (and replaced) on changes.
 	brokersChanged chan struct{}
 	ownersChanged  chan struct{}
@@ -126,6 +135,7 @@ func New(cfg Config) (*Cluster, error) {
 		done:              make(chan struct{}),
 		self:              cfg.Self,
 		brokers:           map[int32]BrokerInfo{},
+		brokerSeen:        map[int32]time.Time{},
 		brokersChanged:    make(chan struct{}),
 		ownersChanged:     make(chan struct{}),
 		namespaces:        map[string][]uint32{},

@@ -77,6 +77,7 @@ type brokerOpts struct {
 	ttl          time.Duration
 	acquireGrace time.Duration
 	lookupWait   time.Duration
+	handoffAfter time.Duration
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -104,6 +105,7 @@ func startMemBroker(t *testing.T, srv *meta.MemServer, o brokerOpts) *testBroker
 		OnRelease:    tb.rec.onRelease,
 		AcquireGrace: o.acquireGrace,
 		LookupWait:   o.lookupWait,
+		HandoffAfter: o.handoffAfter,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -616,5 +618,42 @@ func TestDeleteTopicRecreated(t *testing.T) {
 	}
 	if got, err := a.GetTopic(ctx, DefaultNamespace, "t"); err != nil || got.ID != second.ID {
 		t.Fatalf("the new topic was deleted: %+v %v", got, err)
+	}
+}
+
+// TestHandoffOnJoin: with HandoffAfter set, a broker that joins late gets
+// exactly the bundles rendezvous gives it, each moved once.
+func TestHandoffOnJoin(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1, handoffAfter: 200 * time.Millisecond})
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 32)
+	waitFor(t, 5*time.Second, "first broker owns all", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	joined := time.Now()
+	b := startMemBroker(t, srv, brokerOpts{id: 2, handoffAfter: 200 * time.Millisecond})
+	want := map[Bundle]int32{}
+	toB := 0
+	for _, bundle := range BundlesOf("acme/orders", bounds) {
+		want[bundle] = rendezvousChoice(bundle, []int32{1, 2})
+		if want[bundle] == 2 {
+			toB++
+		}
+	}
+	waitFor(t, 5*time.Second, "rendezvous placement", func() bool {
+		owners := ownedBy(a, b)
+		for bundle, id := range want {
+			if len(owners[bundle]) != 1 || owners[bundle][0] != id {
+				return false
+			}
+		}
+		return true
+	})
+	if d := time.Since(joined); d < 200*time.Millisecond {
+		t.Fatalf("handoff after %v, before HandoffAfter", d)
+	}
+	waitEventsMatch(t, b.rec, b.cluster)
+	_, acquiresB, releasesB := b.rec.snapshot()
+	_, _, releasesA := a.rec.snapshot()
+	if acquiresB != toB || releasesB != 0 || releasesA != toB {
+		t.Fatalf("%d bundles should move: b acquired %d released %d, a released %d", toB, acquiresB, releasesB, releasesA)
 	}
 }

@@ -221,9 +221,10 @@ func (c *Cluster) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// reconcile acquires the unowned bundles this broker should take and
-// releases owned bundles that no longer exist (namespace deleted or bundle
-// split). It returns how long until the next grace period ends (0: none).
+// reconcile acquires the unowned bundles this broker should take, releases
+// owned bundles that no longer exist (namespace deleted or bundle split) and,
+// with HandoffAfter set, hands owned bundles to their rendezvous choice. It
+// returns how long until it should run again without a change (0: never).
 func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 	c.mu.Lock()
 	if c.lost || c.closing {
@@ -256,8 +257,8 @@ func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 			wait := since.Add(c.cfg.AcquireGrace).Sub(now)
 			if rendezvousChoice(b, live) == c.self.ID || wait <= 0 {
 				acquire = append(acquire, b)
-			} else if next == 0 || wait < next {
-				next = wait
+			} else {
+				next = soonest(next, wait)
 			}
 		}
 	}
@@ -266,10 +267,31 @@ func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 			delete(c.unownedSince, b)
 		}
 	}
-	var release []Bundle
+	var release, handoff []Bundle
 	for b := range c.owned {
 		if !exists[b] {
 			release = append(release, b)
+		}
+	}
+	if c.cfg.HandoffAfter > 0 && selfLive {
+		// Hand bundles to their rendezvous choice once it has been live for
+		// HandoffAfter (so a flapping broker does not pull bundles back and
+		// forth), a few per pass so a joining broker is not flooded.
+		for b := range c.owned {
+			choice := rendezvousChoice(b, live)
+			if choice == c.self.ID || choice < 0 || !exists[b] {
+				continue
+			}
+			if wait := c.brokerSeen[choice].Add(c.cfg.HandoffAfter).Sub(now); wait > 0 {
+				next = soonest(next, wait)
+				continue
+			}
+			handoff = append(handoff, b)
+		}
+		sortBundles(handoff)
+		if len(handoff) > maxHandoffsPerPass {
+			handoff = handoff[:maxHandoffsPerPass]
+			next = soonest(next, handoffPause)
 		}
 	}
 	c.mu.Unlock()
@@ -282,9 +304,7 @@ func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 		if err != nil && ctx.Err() == nil {
 			c.logger.Warn("broker: acquire bundle", "bundle", b, "err", err)
 			// Retry soon rather than waiting for the next change.
-			if next == 0 || next > time.Second {
-				next = time.Second
-			}
+			next = soonest(next, time.Second)
 		}
 	}
 	for _, b := range release {
@@ -293,6 +313,28 @@ func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 			c.logger.Warn("broker: release bundle that no longer exists", "bundle", b, "err", err)
 		}
 		cancel()
+	}
+	for _, b := range handoff {
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		if err := c.Unload(rctx, b); err != nil && !errors.Is(err, ErrNotOwner) {
+			c.logger.Warn("broker: hand bundle to its rendezvous choice", "bundle", b, "err", err)
+		}
+		cancel()
+	}
+	return next
+}
+
+const (
+	// maxHandoffsPerPass and handoffPause pace handoffs: at most this many
+	// bundles are released per pass, with this pause between passes.
+	maxHandoffsPerPass = 8
+	handoffPause       = 100 * time.Millisecond
+)
+
+// soonest returns the smaller positive duration (0 means "none").
+func soonest(next, d time.Duration) time.Duration {
+	if next == 0 || d < next {
+		return d
 	}
 	return next
 }

@@ -142,6 +142,11 @@ func (c *Cluster) resetBrokers(kvs []meta.KV, _ int64) {
 	for _, kv := range kvs {
 		c.putBrokerLocked(kv.Key, kv.Value)
 	}
+	for id := range c.brokerSeen {
+		if _, ok := c.brokers[id]; !ok {
+			delete(c.brokerSeen, id)
+		}
+	}
 	c.notifyBrokersLocked()
 	c.mu.Unlock()
 	c.kick()
@@ -156,6 +161,7 @@ func (c *Cluster) applyBrokers(events []meta.Event) {
 		}
 		if id, ok := parseBrokerKey(ev.Key); ok {
 			delete(c.brokers, id)
+			delete(c.brokerSeen, id)
 			if id == c.self.ID && !c.closing && !c.lost {
 				c.logger.Warn("broker: own registration deleted while the session lives; not acquiring bundles", "id", id)
 			}
@@ -177,6 +183,9 @@ func (c *Cluster) putBrokerLocked(key string, value []byte) {
 		return
 	}
 	c.brokers[id] = info
+	if _, ok := c.brokerSeen[id]; !ok {
+		c.brokerSeen[id] = time.Now()
+	}
 }
 
 func (c *Cluster) notifyBrokersLocked() {
