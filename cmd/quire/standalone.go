@@ -128,6 +128,10 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		log.Info("quire standalone stopping")
 	case err := <-embedded.Err():
 		runErr = fmt.Errorf("embedded etcd: %w", err)
+	case <-br.Lost():
+		// As Pulsar's default zookeeperSessionExpiredPolicy=shutdown: the
+		// broker's claims are gone, so stop rather than serve without them.
+		runErr = fmt.Errorf("broker %d lost its metadata session", br.ID())
 	}
 	health.SetReady(false)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
