@@ -21,6 +21,7 @@ type loaded struct {
 	bundle broker.Bundle
 	ready  chan struct{} // closed when load finished (p or err set)
 	p      *topic.Partition
+	ml     *mlogclient.Topic
 	err    error
 }
 
@@ -158,7 +159,7 @@ func (b *Broker) load(l *loaded, rec broker.TopicRecord) {
 		b.forget(l)
 		return
 	}
-	l.p = p
+	l.p, l.ml = p, t
 	b.log.Info("partition loaded", "partition", l.name, "hw", p.HighWatermark(), "took", time.Since(start).Round(time.Millisecond))
 	// Released while loading? Then close it now.
 	if !b.cluster.Owns(l.name) {

@@ -67,6 +67,7 @@ type Broker struct {
 	front       *kafka.Server
 	groups      kafka.GroupCoordinator
 	closeGroups func()
+	collector   *collector
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -151,6 +152,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	b.front = front
+	if cfg.Registerer != nil {
+		b.collector = newCollector(b)
+		if err := cfg.Registerer.Register(b.collector); err != nil {
+			b.log.Warn("broker metrics not registered", "err", err)
+			b.collector = nil
+		}
+	}
 	b.wg.Add(3)
 	go func() {
 		defer b.wg.Done()
@@ -182,6 +190,9 @@ func (b *Broker) Lost() <-chan struct{} { return b.cluster.Done() }
 // another broker takes them at once, and the session ends.
 func (b *Broker) Close() error {
 	b.cancel()
+	if b.collector != nil {
+		b.cfg.Registerer.Unregister(b.collector)
+	}
 	if b.front != nil {
 		b.front.Close()
 	}

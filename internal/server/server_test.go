@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -85,7 +86,8 @@ func newClient(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
 
 func TestProduceConsumeWithFranzGo(t *testing.T) {
 	c := newTestCluster(t)
-	b, _ := c.startBroker(nil)
+	reg := prometheus.NewRegistry()
+	b, _ := c.startBroker(func(cfg *Config) { cfg.Registerer = reg })
 	addr := b.cfg.KafkaAdvertised
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -141,5 +143,23 @@ func TestProduceConsumeWithFranzGo(t *testing.T) {
 	offs.Each(func(o kadm.OffsetResponse) { total += o.At })
 	if total != n {
 		t.Fatalf("committed offsets sum to %d, want %d", total, n)
+	}
+
+	// The partitions' state is exported, under the seed's metric names.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			sums[mf.GetName()] += m.GetGauge().GetValue()
+		}
+	}
+	if sums["quire_kafka_partition_high_watermark"] != n {
+		t.Errorf("high watermarks sum to %v, want %d", sums["quire_kafka_partition_high_watermark"], n)
+	}
+	if sums["pulsar_storage_size"] <= 0 || sums["quire_broker_owned_bundles"] != 4 {
+		t.Errorf("pulsar_storage_size %v, owned bundles %v", sums["pulsar_storage_size"], sums["quire_broker_owned_bundles"])
 	}
 }

@@ -29,7 +29,7 @@ type Config struct {
 	// rebuild the producer table and the in-memory index (default 2,000).
 	ScanBack int
 	// MaxIndexed bounds the in-memory index of recent batches (default
-	// 1,000,000); older offsets are found by binary search over the log.
+	// 50,000); older offsets are found by binary search over the log.
 	MaxIndexed int
 	// OnFail is called (once, without locks held) when the partition stops
 	// serving: its log failed or was fenced by a new owner.
@@ -93,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Partition, error) {
 		cfg.ScanBack = 2000
 	}
 	if cfg.MaxIndexed <= 0 {
-		cfg.MaxIndexed = 1_000_000
+		cfg.MaxIndexed = 50_000
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
