@@ -567,3 +567,86 @@ func TestOldVersionsJoinWithoutMemberIDRequired(t *testing.T) {
 		t.Fatalf("v3 join: %+v", r)
 	}
 }
+
+func TestGroupMaxSize(t *testing.T) {
+	h := newHarness(t, 0)
+	h.g.cfg.MaxMembers = 2
+	a, _ := h.newMember("c")
+	h.sync(a, 1, map[string]string{a: "x"})
+	_, resp := h.join(joinReq("", nil), "c")
+	b := resp.MemberID
+	wb, _ := h.join(joinReq(b, nil), "c")
+	h.join(joinReq(a, nil), "c")
+	h.wantState(CompletingRebalance, 2)
+	h.joined(wb)
+	// A third member is refused once the group is full (before it gets an id).
+	_, resp = h.join(joinReq("", nil), "c")
+	wantCode(t, "third joins", resp.ErrorCode, kerr.GroupMaxSizeReached)
+	h.wantState(CompletingRebalance, 2)
+}
+
+func TestLeaveV0AndStaticRejoinWhileCompleting(t *testing.T) {
+	h := newHarness(t, 0)
+	ia := "ia"
+	wa, _ := h.join(joinReq("", &ia), "c")
+	a := h.joined(wa).MemberID
+	h.wantState(CompletingRebalance, 1)
+	// The static member restarts before syncing: its old id is fenced and
+	// the group rebalances with the new one.
+	wa2, resp := h.join(joinReq("", &ia), "c")
+	if resp != nil {
+		t.Fatalf("rejoin while completing should block: %+v", resp)
+	}
+	h.wantState(CompletingRebalance, 2)
+	a2 := h.joined(wa2).MemberID
+	if a2 == a {
+		t.Fatal("static rejoin kept the old member id")
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Version, req.Group, req.MemberID = 0, "g", a
+	wantCode(t, "leave old id v0", h.g.Leave(h.now, req).ErrorCode, kerr.UnknownMemberID)
+	req.MemberID = a2
+	wantCode(t, "leave v0", h.g.Leave(h.now, req).ErrorCode, nil)
+	h.wantState(Empty, 3)
+}
+
+func TestDescribeAndListing(t *testing.T) {
+	h := newHarness(t, 0)
+	if d := h.g.Describe(6, false); d.ErrorCode != kerr.GroupIDNotFound.Code || d.State != "Dead" {
+		t.Fatalf("describe v6 of no group: %+v", d)
+	}
+	a, _ := h.newMember("cli")
+	d := h.g.Describe(5, true)
+	if d.State != "CompletingRebalance" || d.Protocol != "" || len(d.Members) != 1 || len(d.Members[0].ProtocolMetadata) != 0 || d.Members[0].ClientID != "cli" {
+		t.Fatalf("describe while completing: %+v", d)
+	}
+	h.sync(a, 1, map[string]string{a: "x"})
+	d = h.g.Describe(5, false)
+	if d.State != "Stable" || d.Protocol != "range" || string(d.Members[0].MemberAssignment) != "x" || len(d.Members[0].ProtocolMetadata) == 0 {
+		t.Fatalf("describe stable: %+v", d)
+	}
+	if l := h.g.Listing(); l.GroupState != "Stable" || l.ProtocolType != "consumer" || l.GroupType != "classic" {
+		t.Fatalf("listing: %+v", l)
+	}
+}
+
+func TestOffsetsEncoding(t *testing.T) {
+	in := map[TopicPartition]Offset{
+		{"a", 1}: {Offset: 5, LeaderEpoch: 2, Metadata: "m", CommitMillis: 7, ExpireMillis: -1},
+		{"b", 0}: {Offset: 9, LeaderEpoch: -1, CommitMillis: 8, ExpireMillis: 100},
+	}
+	value, err := encodeOffsets(in, "consumer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, protocolType, err := decodeOffsets(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if protocolType != "consumer" || len(out) != 2 || out[TopicPartition{"a", 1}] != in[TopicPartition{"a", 1}] || out[TopicPartition{"b", 0}] != in[TopicPartition{"b", 0}] {
+		t.Fatalf("round trip: %v %q", out, protocolType)
+	}
+	if _, _, err := decodeOffsets([]byte(`{"format":2}`)); err == nil {
+		t.Fatal("unknown format accepted")
+	}
+}
