@@ -180,11 +180,10 @@ func (r *rawConn) expectClosed() {
 // encoding, so tests need not hand-encode batches.
 func recordBatch(t *testing.T, n int, value string) []byte {
 	t.Helper()
-	return buildBatch(t, n, value, time.Now().UnixMilli())
+	return buildBatch(n, value, time.Now().UnixMilli())
 }
 
-func buildBatch(t *testing.T, n int, value string, ts int64) []byte {
-	t.Helper()
+func buildBatch(n int, value string, ts int64) []byte {
 	var records []byte
 	for i := range n {
 		rec := kmsg.NewRecord()
