@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"quire/internal/bookie"
 	"quire/internal/bookie/client"
@@ -161,5 +165,141 @@ func TestProduceConsumeWithFranzGo(t *testing.T) {
 	}
 	if sums["pulsar_storage_size"] <= 0 || sums["quire_broker_owned_bundles"] != 4 {
 		t.Errorf("pulsar_storage_size %v, owned bundles %v", sums["pulsar_storage_size"], sums["quire_broker_owned_bundles"])
+	}
+}
+
+// A produce to a broker that does not own the partition's bundle gets
+// NOT_LEADER_OR_FOLLOWER; Metadata from either broker names the owner.
+func TestWrongBrokerGetsNotLeader(t *testing.T) {
+	c := newTestCluster(t)
+	b1, _ := c.startBroker(func(cfg *Config) { cfg.ID = 1 })
+	b2, _ := c.startBroker(func(cfg *Config) { cfg.ID = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, b1.cfg.KafkaAdvertised)
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 8, 1, nil, "spread"); err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[int32]int32{}
+	var topicID [16]byte
+	for _, addr := range []string{b1.cfg.KafkaAdvertised, b2.cfg.KafkaAdvertised} {
+		md, err := kadm.NewClient(newClient(t, addr)).Metadata(ctx, "spread")
+		if err != nil {
+			t.Fatal(err)
+		}
+		topicID = md.Topics["spread"].ID
+		for _, p := range md.Topics["spread"].Partitions {
+			if l, ok := leaders[p.Partition]; ok && l != p.Leader {
+				t.Fatalf("partition %d: brokers disagree on the leader (%d vs %d)", p.Partition, l, p.Leader)
+			}
+			leaders[p.Partition] = p.Leader
+		}
+	}
+	for p, leader := range leaders {
+		other := int32(3) - leader
+		if leader != 1 && leader != 2 {
+			t.Fatalf("partition %d has leader %d", p, leader)
+		}
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks, req.TimeoutMillis = -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID = "spread", topicID
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition = p
+		rp.Records = testBatch()
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(other)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.NotLeaderForPartition.Code {
+			t.Fatalf("partition %d (leader %d) produced to broker %d: error %d, want NOT_LEADER_OR_FOLLOWER", p, leader, other, code)
+		}
+		resp, err = req.RequestWith(ctx, cl.Broker(int(leader)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+			t.Fatalf("partition %d produced to its leader %d: error %d", p, leader, code)
+		}
+	}
+}
+
+// testBatch is one uncompressed v2 batch of one record, built with kmsg.
+func testBatch() []byte {
+	r := kmsg.Record{Value: []byte("x")}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	rb := kmsg.RecordBatch{Magic: 2, PartitionLeaderEpoch: -1, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
+		NumRecords: 1, Records: r.AppendTo(nil), FirstTimestamp: time.Now().UnixMilli(), MaxTimestamp: time.Now().UnixMilli()}
+	raw := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return raw
+}
+
+// Deleting a topic and creating it again starts from offset 0 with no
+// old records; configs round-trip through DescribeConfigs.
+func TestDeleteRecreateAndConfigs(t *testing.T) {
+	c := newTestCluster(t)
+	b, _ := c.startBroker(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := newClient(t, b.cfg.KafkaAdvertised, kgo.DefaultProduceTopic("again"))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"retention.ms": kadm.StringPtr("3600000")}, "again"); err != nil {
+		t.Fatal(err)
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rcs.On("again", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range rc.Configs {
+		if c.Key == "retention.ms" {
+			found = c.MaybeValue() == "3600000"
+		}
+	}
+	if !found {
+		t.Fatalf("retention.ms not described as set: %+v", rc.Configs)
+	}
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, "again"); err == nil {
+		resp, _ := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, "again")
+		if resp[0].Err == nil {
+			t.Fatal("cleanup.policy=compact accepted on a ledger-mode topic")
+		}
+	}
+	for i := range 10 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "old-%d", i)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := adm.DeleteTopics(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "again"); err != nil {
+		t.Fatal(err)
+	}
+	// franz-go keeps a topic's id; a re-created topic (new id) must be
+	// purged from the client first, as with Apache Kafka.
+	cl.PurgeTopicsFromClient("again")
+	res := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("new")})
+	if err := res.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if off := res[0].Record.Offset; off != 0 {
+		t.Fatalf("first record of the re-created topic at offset %d", off)
+	}
+	ends, err := adm.ListEndOffsets(ctx, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("again", 0); o.Offset != 1 {
+		t.Fatalf("end offset %d, want 1", o.Offset)
 	}
 }
