@@ -128,7 +128,6 @@ func fuzzServer(f *testing.F) (*kafka.Server, *kafkatest.Backend) {
 	return s, backend
 }
 
-
 // FuzzRequest feeds arbitrary request frames (header and body, without the
 // size prefix) through decode and dispatch. Invariants: no panic (a panic
 // in a handler is recovered and turned into an error, which the fuzzer
