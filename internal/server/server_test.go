@@ -3,8 +3,8 @@ package server
 import (
 	"context"
 	"encoding/binary"
-	"hash/crc32"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
