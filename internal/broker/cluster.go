@@ -104,6 +104,9 @@ type Cluster struct {
 	// Invariant: every bundle in owned had exactly one acquire event pushed
 	// and no release event yet.
 	owned map[Bundle]meta.Version
+	// unloading holds bundles whose Unload has not yet deleted their key:
+	// our own key in the cache is then not an orphan to adopt.
+	unloading map[Bundle]bool
 	// unownedSince is when the reconciler first saw each bundle unowned.
 	unownedSince map[Bundle]time.Time
 }
@@ -143,6 +146,7 @@ func New(cfg Config) (*Cluster, error) {
 		owners:            map[Bundle]ownerEntry{},
 		owned:             map[Bundle]meta.Version{},
 		unownedSince:      map[Bundle]time.Time{},
+		unloading:         map[Bundle]bool{},
 	}, nil
 }
 

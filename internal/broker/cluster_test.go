@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,45 +436,64 @@ func TestGracefulClose(t *testing.T) {
 
 // TestGracePeriod: the rendezvous choice is registered but not running a
 // Cluster (stalled). The other broker takes its bundles after the grace
-// period, and Lookup takes one after LookupWait.
+// period; a Lookup takes one after LookupWait, without waiting for the grace.
 func TestGracePeriod(t *testing.T) {
-	srv := meta.NewMemServer(meta.MemConfig{})
-	ctx := context.Background()
-	stalled := srv.NewClient()
-	defer stalled.Close()
-	s, _ := stalled.NewSession(ctx, 5*time.Second)
-	if _, err := s.CreateEphemeral(ctx, brokerKey(7), []byte(`{"id":7,"kafkaAddr":"10.0.0.7:9092"}`)); err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name         string
+		acquireGrace time.Duration
+		lookup       bool
+	}{
+		{"grace", 300 * time.Millisecond, false},
+		{"lookup", time.Minute, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := meta.NewMemServer(meta.MemConfig{})
+			ctx := context.Background()
+			stalled := srv.NewClient()
+			defer stalled.Close()
+			s, _ := stalled.NewSession(ctx, 5*time.Second)
+			if _, err := s.CreateEphemeral(ctx, brokerKey(7), []byte(`{"id":7,"kafkaAddr":"10.0.0.7:9092"}`)); err != nil {
+				t.Fatal(err)
+			}
+			a := startMemBroker(t, srv, brokerOpts{id: 1, acquireGrace: tt.acquireGrace, lookupWait: 100 * time.Millisecond})
+			waitBrokers(t, 2, a)
+			start := time.Now()
+			bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 16)
+			var stalledBundles []Bundle
+			for _, b := range BundlesOf("acme/orders", bounds) {
+				if rendezvousChoice(b, []int32{1, 7}) == 7 {
+					stalledBundles = append(stalledBundles, b)
+				}
+			}
+			if len(stalledBundles) == 0 {
+				t.Fatal("test needs bundles that rendezvous gives to broker 7")
+			}
+			if !tt.lookup {
+				waitFor(t, 10*time.Second, "grace takeover", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+				if d := time.Since(start); d < tt.acquireGrace {
+					t.Fatalf("took the stalled broker's bundles after %v, grace is %v", d, tt.acquireGrace)
+				}
+				return
+			}
+			var name string
+			for i := int32(0); name == ""; i++ {
+				n := PartitionName("acme/orders", "t", i)
+				if BundleFor("acme/orders", bounds, n) == stalledBundles[0] {
+					name = n
+				}
+			}
+			o, err := a.cluster.Lookup(ctx, name)
+			if err != nil || o.ID != 1 || !a.cluster.Owns(name) {
+				t.Fatalf("lookup: %+v %v", o, err)
+			}
+			if d := time.Since(start); d < 100*time.Millisecond || d > 30*time.Second {
+				t.Fatalf("lookup answered after %v: LookupWait is 100ms, grace 1m", d)
+			}
+			if a.cluster.OwnsBundle(stalledBundles[len(stalledBundles)-1]) && len(stalledBundles) > 1 {
+				t.Fatal("took a bundle of the stalled broker before the grace period without a lookup")
+			}
+		})
 	}
-	a := startMemBroker(t, srv, brokerOpts{id: 1, acquireGrace: 400 * time.Millisecond, lookupWait: 100 * time.Millisecond})
-	waitBrokers(t, 2, a)
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 16)
-	var stalledBundles []Bundle
-	for _, b := range BundlesOf("acme/orders", bounds) {
-		if rendezvousChoice(b, []int32{1, 7}) == 7 {
-			stalledBundles = append(stalledBundles, b)
-		}
-	}
-	if len(stalledBundles) == 0 {
-		t.Fatal("test needs bundles that rendezvous gives to broker 7")
-	}
-	// A Lookup of one of them answers after LookupWait, with broker 1.
-	var name string
-	for i := int32(0); name == ""; i++ {
-		n := PartitionName("acme/orders", "t", i)
-		if BundleFor("acme/orders", bounds, n) == stalledBundles[0] {
-			name = n
-		}
-	}
-	start := time.Now()
-	o, err := a.cluster.Lookup(ctx, name)
-	if err != nil || o.ID != 1 {
-		t.Fatalf("lookup: %+v %v", o, err)
-	}
-	if time.Since(start) > 400*time.Millisecond {
-		t.Fatalf("lookup waited %v, LookupWait is 100ms", time.Since(start))
-	}
-	waitFor(t, 5*time.Second, "grace takeover", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 }
 
 // TestSplitMovesOwnership: after a split the owner releases the old bundle
@@ -656,4 +676,29 @@ func TestHandoffOnJoin(t *testing.T) {
 	if acquiresB != toB || releasesB != 0 || releasesA != toB {
 		t.Fatalf("%d bundles should move: b acquired %d released %d, a released %d", toB, acquiresB, releasesB, releasesA)
 	}
+}
+
+// TestUnloadDeleteFailsAdopts: when Unload cannot delete the ownership key
+// (the store is unavailable), the key would keep the bundle from everyone;
+// the broker adopts its own key again instead of leaving it ownerless.
+func TestUnloadDeleteFailsAdopts(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	b := BundlesOf("acme/orders", bounds)[0]
+	srv.SetFault(func(op meta.Op, key string) error {
+		if op == meta.OpDelete && strings.HasPrefix(key, OwnershipPrefix) {
+			return meta.ErrUnavailable
+		}
+		return nil
+	})
+	if err := a.cluster.Unload(context.Background(), b); !errors.Is(err, meta.ErrUnavailable) {
+		t.Fatalf("unload with the store failing deletes: %v", err)
+	}
+	srv.SetFault(nil)
+	waitFor(t, 5*time.Second, "own key adopted", func() bool {
+		_, acquires, releases := a.rec.snapshot()
+		return a.cluster.OwnsBundle(b) && acquires == 3 && releases == 1
+	})
 }

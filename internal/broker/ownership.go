@@ -240,10 +240,13 @@ func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 	for ns, bounds := range c.namespaces {
 		for _, b := range BundlesOf(ns, bounds) {
 			exists[b] = true
-			_, owned := c.owners[b]
+			e, owned := c.owners[b]
 			_, mine := c.owned[b]
 			if owned || mine {
 				delete(c.unownedSince, b)
+				if owned && !mine && selfLive {
+					c.adoptLocked(b, e)
+				}
 				continue
 			}
 			since, seen := c.unownedSince[b]
@@ -368,16 +371,20 @@ func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, a
 			c.mu.Unlock()
 			// Closing: give it back now. Lost: the key dies with the session.
 			if errors.Is(cerr, ErrClosed) {
-				if derr := c.cfg.Store.Delete(ctx, key, v); derr != nil {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.RequestTimeout)
+				defer cancel()
+				if derr := c.cfg.Store.Delete(dctx, key, v); derr != nil {
 					c.logger.Warn("broker: give back bundle acquired during close", "bundle", b, "err", derr)
 				}
 			}
 			return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, cerr)
 		}
-		c.owned[b] = v
-		delete(c.unownedSince, b)
-		c.events.push(event{acquired: true, bundle: b})
-		c.notifyOwnersLocked()
+		if _, adopted := c.owned[b]; !adopted { // the watch may have been faster
+			c.owned[b] = v
+			delete(c.unownedSince, b)
+			c.events.push(event{acquired: true, bundle: b})
+			c.notifyOwnersLocked()
+		}
 		c.mu.Unlock()
 		c.logger.Info("broker: acquired bundle", "bundle", b, "id", self.ID)
 		return self, true, nil
@@ -386,7 +393,8 @@ func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, a
 		return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, err)
 	}
 	var o ownerValue
-	if _, err := getJSON(ctx, c.cfg.Store, key, &o); err != nil {
+	held, err := getJSON(ctx, c.cfg.Store, key, &o)
+	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
 			return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, errRaced)
 		}
@@ -394,7 +402,31 @@ func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, a
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.adoptLocked(b, ownerEntry{owner: o, version: held}) {
+		return c.self, false, nil
+	}
 	return c.ownerInfoLocked(o), false, nil
+}
+
+// adoptLocked takes as owned a bundle whose key names this broker but which
+// it does not count as owned: left behind by an Unload whose delete failed,
+// or created by a concurrent acquire of ours that the watch reported first.
+// Broker ids are unique among live brokers and a previous session's keys
+// expire before the broker can register again, so such a key is this
+// session's. It reports whether b is (now) owned.
+func (c *Cluster) adoptLocked(b Bundle, e ownerEntry) bool {
+	if _, mine := c.owned[b]; mine {
+		return true
+	}
+	if e.owner.BrokerID != c.self.ID || c.unloading[b] || c.claimableLocked() != nil {
+		return false
+	}
+	c.owned[b] = e.version
+	delete(c.unownedSince, b)
+	c.events.push(event{acquired: true, bundle: b})
+	c.notifyOwnersLocked()
+	c.logger.Info("broker: adopted own ownership key", "bundle", b)
+	return true
 }
 
 func (c *Cluster) claimableLocked() error {
@@ -439,6 +471,9 @@ func (c *Cluster) Lookup(ctx context.Context, name string) (BrokerInfo, error) {
 		}
 		if e, ok := c.owners[b]; ok {
 			info := c.ownerInfoLocked(e.owner)
+			if c.adoptLocked(b, e) {
+				info = c.self
+			}
 			c.mu.Unlock()
 			return info, nil
 		}
@@ -481,10 +516,24 @@ func (c *Cluster) Unload(ctx context.Context, b Bundle) error {
 		return fmt.Errorf("unload %s: %w", b, ErrNotOwner)
 	}
 	delete(c.owned, b)
+	c.unloading[b] = true
 	delivered := make(chan struct{})
 	c.events.push(event{bundle: b, delivered: delivered})
 	c.notifyOwnersLocked()
 	c.mu.Unlock()
+	deleted := false
+	defer func() {
+		c.mu.Lock()
+		delete(c.unloading, b)
+		if e, ok := c.owners[b]; ok && deleted && e.version == v {
+			// Forget our key now rather than at its delete event, so the
+			// reconciler does not mistake it for an orphan to adopt.
+			delete(c.owners, b)
+			c.notifyOwnersLocked()
+		}
+		c.mu.Unlock()
+		c.kick()
+	}()
 	var waitErr error
 	select {
 	case <-delivered:
@@ -498,8 +547,11 @@ func (c *Cluster) Unload(ctx context.Context, b Bundle) error {
 		defer cancel()
 	}
 	if err := c.cfg.Store.Delete(ctx, ownershipKey(b), v); err != nil && !errors.Is(err, meta.ErrNotFound) && !errors.Is(err, meta.ErrBadVersion) {
+		// The key stays; the reconciler adopts it again (the bundle must
+		// not stay ownerless while our session lives).
 		return errors.Join(waitErr, fmt.Errorf("unload %s: delete ownership key: %w", b, err))
 	}
+	deleted = true
 	if waitErr != nil {
 		return waitErr
 	}
