@@ -12,12 +12,13 @@
 #                     (default interop/kgo-skip.txt next to this script)
 #   KGO_NO_SKIP=1     ignore the skip file (to validate against real Kafka)
 #   KGO_LOG_LEVEL     the tests' client log level: info (default), debug, none
-#   KGO_KEEP=1        keep the work directory (the copied module and full log)
+#   KGO_KEEP=1        keep the work directory (the full go test log)
 #
-# The franz-go version is the one /work/main's go.mod requires. Its source comes
-# from the Go module cache (go mod download) and is copied to a temporary
-# directory, since the cache is read-only and the tests are run inside the
-# module; nothing of it is written into this repository.
+# The franz-go version is the one this repository's go.mod requires. Its source comes
+# from the Go module cache (go mod download) and is copied to
+# ~/.cache/quire-interop/franz-go@VERSION (KGO_COPY_DIR), since the module
+# cache is read-only and the tests run inside the module; nothing of it is
+# written into this repository.
 #
 # Besides the tests that talk to a broker (they find it through KGO_SEEDS), the
 # package has unit tests that need no broker; they run too and should always
@@ -45,7 +46,7 @@ work=$(mktemp -d)
 if [[ ${KGO_KEEP:-} == 1 ]]; then
 	echo "kgo-tests.sh: keeping $work"
 else
-	trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+	trap 'rm -rf "$work"' EXIT
 fi
 
 # Outside any module and workspace, so that neither our go.mod nor a go.work
@@ -54,8 +55,17 @@ export GOWORK=off GOFLAGS=-mod=readonly
 src=$(cd "$work" && go mod download -json "github.com/twmb/franz-go@$version" |
 	awk -F'"' '$2 == "Dir" { print $4 }')
 [[ -d $src/pkg/kgo ]] || { echo "kgo-tests.sh: could not download franz-go $version" >&2; exit 2; }
-cp -r "$src" "$work/franz-go"
-chmod -R u+w "$work/franz-go"
+# A fixed location, reused across runs: go test's build cache is keyed on the
+# package directory, so a fresh copy each run would recompile kgo (a minute
+# on two cores).
+copy=${KGO_COPY_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/quire-interop/franz-go@$version}
+if [[ ! -f $copy/.complete ]]; then
+	rm -rf "$copy"
+	mkdir -p "$(dirname "$copy")"
+	cp -r "$src" "$copy"
+	chmod -R u+w "$copy"
+	touch "$copy/.complete"
+fi
 
 # Top-level test names only: go test's -skip matches subtests level by level,
 # so one pattern cannot mix a whole test with another test's subtest.
@@ -80,7 +90,7 @@ done
 log=$work/go-test.log
 start=$SECONDS
 (
-	cd "$work/franz-go/pkg/kgo" &&
+	cd "$copy/pkg/kgo" &&
 		KGO_SEEDS=$bootstrap KGO_TEST_RF=${KGO_TEST_RF:-1} \
 			KGO_TEST_RECORDS=${KGO_TEST_RECORDS:-20000} KGO_LOG_LEVEL=${KGO_LOG_LEVEL:-info} \
 			go test "${args[@]}" . >"$log" 2>&1
@@ -88,19 +98,34 @@ start=$SECONDS
 rc=$?
 elapsed=$((SECONDS - start))
 
-# "--- PASS: TestX/sub (1.23s)", indented two spaces per subtest level.
+# "--- PASS: TestX/sub (1.23s)", indented four spaces per subtest level. go test
+# -v names the test that logs ("=== RUN|CONT|NAME  TestX"), so each test's
+# t.Log/t.Skip/t.Error lines ("    file_test.go:12: text") are kept to show
+# why it skipped (the last line) or failed (the last five).
 awk '
+	/^=== (RUN|CONT|NAME) / { current = $3; next }
+	/^ +[A-Za-z0-9_]+_test\.go:[0-9]+: / {
+		msg = $0; sub(/^ +/, "", msg)
+		n = ++count[current]; said[current, n] = msg
+		# A skip reason is the last line that is not test bookkeeping
+		# (TestGroupETL logs its duration after t.Skip).
+		if (msg !~ /completed in|deleting (topic|group)|NOT DELETING/) why[current] = msg
+		next
+	}
 	match($0, /^ *--- (PASS|FAIL|SKIP): [^ ]+ \([0-9.]+s\)/) {
 		line = substr($0, RSTART, RLENGTH)
 		indent = line; sub(/---.*/, "", indent)
 		split(substr(line, length(indent) + 5), f, " ")
-		result = f[1]; sub(/:$/, "", result)
-		printf "%s%s %s %s\n", indent, result, f[2], f[3]
+		result = f[1]; sub(/:$/, "", result); name = f[2]
+		printf "%s%s %s %s\n", indent, result, name, f[3]
+		n = count[name]
+		if (result == "SKIP" && why[name] != "")
+			printf "%s    reason: %s\n", indent, why[name]
+		if (result == "FAIL")
+			for (i = (n > 5 ? n - 4 : 1); i <= n; i++)
+				printf "%s    | %s\n", indent, said[name, i]
 	}
 ' "$log"
-# Why each self-skipped test skipped (the t.Skip message follows its name).
-grep -E '^ *[a-z_0-9]+_test\.go:[0-9]+: .*(does not support|requires|skip)' "$log" |
-	sort -u | sed 's/^ */    skip reason: /' | head -n 20
 
 npass=$(grep -cE '^--- PASS' "$log")
 nfail=$(grep -cE '^--- FAIL' "$log")
