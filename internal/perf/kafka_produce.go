@@ -29,6 +29,10 @@ type ProduceConfig struct {
 	Rate              float64       // records/s; 0 = as fast as InFlight allows
 	Duration          time.Duration // 0 = no time limit (Records must be set)
 	Records           int64         // 0 = no count limit (Duration must be set)
+	// WarmUp runs the same load this long before Duration and Records start
+	// counting; its records are not measured (JIT warm-up of a JVM server,
+	// first segment files, connection set-up).
+	WarmUp time.Duration
 	// InFlight bounds the records produced but not yet acknowledged (the
 	// client's buffer and its requests together).
 	InFlight int
@@ -59,12 +63,13 @@ func RegisterProduceFlags(fs *pflag.FlagSet) func() (ProduceConfig, error) {
 	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "bootstrap brokers, host:port, comma-separated")
 	fs.StringVar(&c.Topic, "topic", "", "topic to produce to (required); created if absent")
 	fs.IntVar(&partitions, "partitions", 16, "partitions of the topic if it is created (0: never create)")
-	fs.IntVar(&rf, "replication-factor", 1, "replication factor of the topic if it is created")
+	fs.IntVar(&rf, "replication-factor", 1, "replication factor of the topic if it is created (-1: the server's default)")
 	fs.StringArrayVar(&topicConfigs, "topic-config", nil, "topic config key=value if the topic is created (repeatable)")
 	fs.IntVar(&c.RecordBytes, "record-size", 1024, "record value size in bytes (random, incompressible; first 8 bytes: send time)")
 	fs.Float64Var(&c.Rate, "rate", 0, "records per second (0: as fast as --in-flight allows)")
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long to produce (0: no limit); ignored with --records unless also given")
 	fs.Int64Var(&c.Records, "records", 0, "how many records to produce (0: no limit)")
+	fs.DurationVar(&c.WarmUp, "warm-up", 0, "unmeasured load before the measurement starts")
 	fs.IntVar(&c.InFlight, "in-flight", 4096, "max records produced and not yet acknowledged")
 	fs.IntVar(&c.RequestsInFlight, "requests-in-flight", 5, "max produce requests in flight per broker without idempotence (idempotent: always 5)")
 	fs.StringVar(&c.Acks, "acks", "all", "acks: all, 1 or 0")
@@ -78,7 +83,7 @@ func RegisterProduceFlags(fs *pflag.FlagSet) func() (ProduceConfig, error) {
 		if partitions < 0 || partitions > 1<<20 {
 			return c, fmt.Errorf("--partitions %d out of range", partitions)
 		}
-		if rf < 1 || rf > 1<<15-1 {
+		if (rf < 1 && rf != -1) || rf > 1<<15-1 {
 			return c, fmt.Errorf("--replication-factor %d out of range", rf)
 		}
 		if batchMax < 0 || batchMax > 1<<30 {
@@ -110,8 +115,8 @@ func (c *ProduceConfig) Validate() error {
 		return fmt.Errorf("--record-size %d: want at least 1", c.RecordBytes)
 	case c.Rate < 0:
 		return fmt.Errorf("--rate %g: want >= 0", c.Rate)
-	case c.Duration < 0 || c.Records < 0:
-		return errors.New("--duration and --records must not be negative")
+	case c.Duration < 0 || c.Records < 0 || c.WarmUp < 0:
+		return errors.New("--duration, --records and --warm-up must not be negative")
 	case c.Duration == 0 && c.Records == 0:
 		return errors.New("one of --duration and --records must be set")
 	case c.InFlight < 1:
@@ -195,12 +200,13 @@ type ProduceResult struct {
 // produceStats is shared by the producing loop, the promises and the
 // progress reporter.
 type produceStats struct {
-	mu       sync.Mutex
-	acked    int64
-	errs     errorCounts
-	total    Histogram
-	interval Histogram
-	lastAck  time.Time
+	mu        sync.Mutex
+	completed int64 // acknowledged or failed, warm-up included
+	acked     int64 // acknowledged and measured
+	errs      errorCounts
+	total     Histogram
+	interval  Histogram
+	lastAck   time.Time
 }
 
 // Produce writes records to c.Topic for c.Duration or c.Records, whichever
@@ -241,8 +247,8 @@ func Produce(ctx context.Context, c ProduceConfig) (ProduceResult, error) {
 		how = "created"
 	}
 	fmt.Fprintf(c.Out, "perf produce: topic %s (%s, %d partitions) at %s\n", c.Topic, how, partitions, strings.Join(c.Brokers, ","))
-	fmt.Fprintf(c.Out, "  record-size=%d rate=%s in-flight=%d acks=%s idempotent=%t linger=%s compression=%s batch-max-bytes=%d\n",
-		c.RecordBytes, rateString(c.Rate), c.InFlight, c.Acks, c.Idempotent, c.Linger, c.Compression, c.BatchMaxBytes)
+	fmt.Fprintf(c.Out, "  record-size=%d rate=%s in-flight=%d acks=%s idempotent=%t linger=%s compression=%s batch-max-bytes=%d warm-up=%s\n",
+		c.RecordBytes, rateString(c.Rate), c.InFlight, c.Acks, c.Idempotent, c.Linger, c.Compression, c.BatchMaxBytes, c.WarmUp)
 
 	// Random bytes, generated once; each record copies a window at a
 	// different offset so that batches stay incompressible.
@@ -254,17 +260,22 @@ func Produce(ctx context.Context, c ProduceConfig) (ProduceResult, error) {
 
 	var st produceStats
 	slots := make(chan struct{}, c.InFlight)
+	start := time.Now()
+	measureFrom := start.Add(c.WarmUp)
 	finish := func(r *kgo.Record, at time.Time, err error) {
 		now := time.Now()
 		st.mu.Lock()
+		st.completed++
 		if err != nil {
-			st.errs.add(err)
+			st.errs.add(err) // warm-up errors count too: they are the server's
 		} else {
 			lat := now.Sub(at)
-			st.acked++
-			st.total.Record(lat)
 			st.interval.Record(lat)
-			st.lastAck = now
+			if !at.Before(measureFrom) {
+				st.acked++
+				st.total.Record(lat)
+				st.lastAck = now
+			}
 		}
 		st.mu.Unlock()
 		b := r.Value[:cap(r.Value)]
@@ -275,10 +286,9 @@ func Produce(ctx context.Context, c ProduceConfig) (ProduceResult, error) {
 	runCtx := ctx
 	if c.Duration > 0 {
 		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, c.Duration)
+		runCtx, cancel = context.WithTimeout(ctx, c.WarmUp+c.Duration)
 		defer cancel()
 	}
-	start := time.Now()
 	stopProgress := startProgress(c.Progress, start, func(elapsed, interval time.Duration) string {
 		st.mu.Lock()
 		n := float64(st.interval.Count())
@@ -286,11 +296,15 @@ func Produce(ctx context.Context, c ProduceConfig) (ProduceResult, error) {
 		st.interval.Reset()
 		errs := st.errs.total
 		st.mu.Unlock()
-		return fmt.Sprintf("perf produce %4.0fs: %9.0f records/s %8.2f MB/s p50 %8.3f ms p99 %8.3f ms (interval) errors %d",
-			elapsed.Seconds(), perSecond(n, interval), perSecond(n*float64(c.RecordBytes)/1e6, interval), millis(p50), millis(p99), errs)
+		warm := ""
+		if elapsed <= c.WarmUp {
+			warm = " (warm-up)"
+		}
+		return fmt.Sprintf("perf produce %4.0fs: %9.0f records/s %8.2f MB/s p50 %8.3f ms p99 %8.3f ms (interval) errors %d%s",
+			elapsed.Seconds(), perSecond(n, interval), perSecond(n*float64(c.RecordBytes)/1e6, interval), millis(p50), millis(p99), errs, warm)
 	})
 
-	var sent int64
+	var sent, sentAll int64 // measured; all, warm-up included
 	offset := 0
 	interval := time.Duration(0)
 	if c.Rate > 0 {
@@ -306,7 +320,7 @@ produce:
 		now := time.Now()
 		at := now
 		if interval > 0 {
-			at = start.Add(time.Duration(sent) * interval)
+			at = start.Add(time.Duration(sentAll) * interval)
 			if wait := at.Sub(now); wait > 0 {
 				select {
 				case <-time.After(wait):
@@ -333,7 +347,10 @@ produce:
 		// client, so the promise carries the send time itself.
 		cl.Produce(context.Background(), &kgo.Record{Value: value, Timestamp: at},
 			func(r *kgo.Record, err error) { finish(r, at, err) })
-		sent++
+		sentAll++
+		if !at.Before(measureFrom) {
+			sent++
+		}
 	}
 	stopSending := time.Now()
 
@@ -351,25 +368,29 @@ produce:
 	}
 	if flushErr != nil {
 		// Records still outstanding after the drain timeout count as errors.
-		outstanding := sent - st.acked - st.errs.total
+		outstanding := sentAll - st.completed
 		for range outstanding {
 			errs.add(fmt.Errorf("not acknowledged within --drain-timeout %s", c.DrainTimeout))
 		}
 	}
 	end := st.lastAck
 	st.mu.Unlock()
-	if end.IsZero() || end.Before(start) {
+	if end.IsZero() {
 		end = stopSending
 	}
 	res.Errors = errs.total
 	res.Bytes = res.Records * int64(c.RecordBytes)
-	res.Elapsed = end.Sub(start)
+	res.Elapsed = max(end.Sub(measureFrom), 0)
 	res.RecordsSec = perSecond(float64(res.Records), res.Elapsed)
 	res.MBSec = perSecond(float64(res.Bytes)/1e6, res.Elapsed)
 
 	w := c.Out
-	fmt.Fprintf(w, "records: %d sent, %d acknowledged, %d errors; %.1f MB in %.3f s\n",
-		sent, res.Records, res.Errors, float64(res.Bytes)/1e6, res.Elapsed.Seconds())
+	measured := "records"
+	if c.WarmUp > 0 {
+		measured = "records after warm-up"
+	}
+	fmt.Fprintf(w, "%s: %d sent, %d acknowledged; %d errors in all; %.1f MB in %.3f s\n",
+		measured, sent, res.Records, res.Errors, float64(res.Bytes)/1e6, res.Elapsed.Seconds())
 	fmt.Fprintf(w, "throughput: %.1f records/s, %.2f MB/s\n", res.RecordsSec, res.MBSec)
 	if errs.total > 0 {
 		fmt.Fprintln(w, "errors:")
@@ -381,7 +402,7 @@ produce:
 	fmt.Fprintf(w, "perf produce records=%d errors=%d records_s=%.1f mb_s=%.2f p50_ms=%.3f p99_ms=%.3f\n",
 		res.Records, res.Errors, res.RecordsSec, res.MBSec, millis(res.Latency.Quantile(0.50)), millis(res.Latency.Quantile(0.99)))
 	if res.Errors > 0 {
-		return res, fmt.Errorf("perf produce: %d of %d records failed", res.Errors, sent)
+		return res, fmt.Errorf("perf produce: %d of %d records failed", res.Errors, sentAll)
 	}
 	return res, nil
 }

@@ -43,14 +43,14 @@ func TestProduceFlags(t *testing.T) {
 	c, err = parseProduce("--brokers", "a:1,b:2", "--topic", "t", "--partitions", "3", "--replication-factor", "3",
 		"--topic-config", "min.insync.replicas=2", "--topic-config", "flush.messages=1", "--record-size", "100",
 		"--rate", "5000", "--in-flight", "64", "--acks", "1", "--linger", "5ms", "--compression", "zstd",
-		"--batch-max-bytes", "65536", "--requests-in-flight", "2")
+		"--batch-max-bytes", "65536", "--requests-in-flight", "2", "--warm-up", "3s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(c.Brokers, []string{"a:1", "b:2"}) || c.Partitions != 3 || c.ReplicationFactor != 3 ||
 		*c.TopicConfigs["min.insync.replicas"] != "2" || *c.TopicConfigs["flush.messages"] != "1" ||
 		c.RecordBytes != 100 || c.Rate != 5000 || c.InFlight != 64 || c.Acks != "1" || c.Linger != 5*time.Millisecond ||
-		c.Compression != "zstd" || c.BatchMaxBytes != 65536 || c.RequestsInFlight != 2 {
+		c.Compression != "zstd" || c.BatchMaxBytes != 65536 || c.RequestsInFlight != 2 || c.WarmUp != 3*time.Second {
 		t.Errorf("parsed: %+v", c)
 	}
 	if c.Idempotent {
@@ -61,6 +61,10 @@ func TestProduceFlags(t *testing.T) {
 	c, err = parseProduce("--topic", "t", "--records", "1000")
 	if err != nil || c.Records != 1000 || c.Duration != 0 {
 		t.Errorf("--records alone: %v, records %d duration %s", err, c.Records, c.Duration)
+	}
+	c, err = parseProduce("--topic", "t", "--replication-factor", "-1")
+	if err != nil || c.ReplicationFactor != -1 {
+		t.Errorf("--replication-factor -1 (server default): %v, %d", err, c.ReplicationFactor)
 	}
 	c, err = parseProduce("--topic", "t", "--records", "1000", "--duration", "5s")
 	if err != nil || c.Records != 1000 || c.Duration != 5*time.Second {
@@ -83,6 +87,7 @@ func TestProduceFlagErrors(t *testing.T) {
 		{[]string{"--topic", "t", "--record-size", "0"}, "--record-size"},
 		{[]string{"--topic", "t", "--replication-factor", "0"}, "--replication-factor"},
 		{[]string{"--topic", "t", "--rate", "-1"}, "--rate"},
+		{[]string{"--topic", "t", "--warm-up", "-1s"}, "--warm-up"},
 	} {
 		_, err := parseProduce(tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
