@@ -493,3 +493,26 @@ func TestFrameLimits(t *testing.T) {
 		conn.expectClosed()
 	}
 }
+
+// TestResponseNotHeldBehindLongPoll: a response is on the wire before the
+// long-polling fetch queued behind it on the same connection finishes.
+func TestResponseNotHeldBehindLongPoll(t *testing.T) {
+	c := newCluster(t)
+	if err := c.backend.CreateTopic(testContext(t), "t", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	conn := c.raw()
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.Version = 12
+	fetch := fetchRequest(12, "t", 0, 0)
+	fetch.MaxWaitMillis = 60_000
+	c1, c2 := conn.send(meta), conn.send(fetch)
+	conn.recv(meta, c1) // fails after 10 s if held behind the 60 s fetch
+	if code, _ := produceCode(t, c.raw().request(produceRequest(9, "t", 0, recordBatch(t, 1, "v")))); code != 0 {
+		t.Fatal(kerr.ErrorForCode(code))
+	}
+	resp := conn.recv(fetch, c2).(*kmsg.FetchResponse)
+	if len(resp.Topics[0].Partitions[0].RecordBatches) == 0 {
+		t.Fatal("woken fetch returned no records")
+	}
+}

@@ -104,7 +104,14 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 		if failed || total >= int(req.MinBytes) || len(parts) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return resp
 		}
-		if !waitForData(ctx, parts, deadline) {
+		woken := waitForData(ctx, parts, deadline)
+		if woken < 0 {
+			return resp
+		}
+		if fp := &parts[woken]; fp.part.HighWatermark() <= fp.highWatermark {
+			// Woken without growth: the partition stopped being served
+			// here. Answer now (the next fetch sees its new state) rather
+			// than spin on a channel that stays closed.
 			return resp
 		}
 	}
@@ -147,9 +154,9 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.Fet
 	return total, failed
 }
 
-// waitForData blocks until a partition grows past what was read, the
-// deadline passes or ctx ends; it reports whether to read again.
-func waitForData(ctx context.Context, parts []fetchPartition, deadline time.Time) bool {
+// waitForData blocks until a partition grows past what was read (it
+// returns that partition's index), the deadline passes or ctx ends (−1).
+func waitForData(ctx context.Context, parts []fetchPartition, deadline time.Time) int {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	cases := make([]reflect.SelectCase, 0, len(parts)+2)
@@ -164,5 +171,5 @@ func waitForData(ctx context.Context, parts []fetchPartition, deadline time.Time
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(parts[i].part.Wait(waitFrom))})
 	}
 	chosen, _, _ := reflect.Select(cases)
-	return chosen >= 2
+	return chosen - 2
 }

@@ -319,7 +319,6 @@ func (s *Server) submit(ctx context.Context, frame []byte) (item *inflight, err 
 		// response with UNSUPPORTED_VERSION and our versions, so the
 		// client can retry with one we do. Its body (and any header tags
 		// of a newer header) is not read.
-		s.metrics.request(apiName(key), kerr.UnsupportedVersion.Code, 0)
 		return &inflight{rq: rq, received: received, finish: func(context.Context) kmsg.Response {
 			rq.note(kerr.UnsupportedVersion.Code)
 			return s.apiVersionsResponse(0, kerr.UnsupportedVersion.Code)
@@ -525,11 +524,11 @@ func (c *conn) writeLoop() {
 		if len(buf) > 1<<20 {
 			buf = nil // do not keep a large fetch's buffer for the connection's life
 		}
-		// Flush when nothing else is ready, batching pipelined responses.
-		if len(c.queue) == 0 {
-			if err := bw.Flush(); err != nil {
-				c.abort()
-			}
+		// Flush after every response: the next request's finish may block
+		// (a long-poll, a rebalance), and this response must not wait
+		// behind it in the buffer.
+		if err := bw.Flush(); err != nil {
+			c.abort()
 		}
 	}
 	if c.ctx.Err() == nil {
