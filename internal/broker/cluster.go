@@ -104,9 +104,11 @@ type Cluster struct {
 	// Invariant: every bundle in owned had exactly one acquire event pushed
 	// and no release event yet.
 	owned map[Bundle]meta.Version
-	// unloading holds bundles whose Unload has not yet deleted their key:
-	// our own key in the cache is then not an orphan to adopt.
-	unloading map[Bundle]bool
+	// unloading holds the bundles an Unload released, with the version of
+	// the key it deletes, until the watch reports that key gone (or the
+	// delete failed): until then our own key in the cache is not an orphan
+	// to adopt.
+	unloading map[Bundle]meta.Version
 	// unownedSince is when the reconciler first saw each bundle unowned.
 	unownedSince map[Bundle]time.Time
 }
@@ -146,7 +148,7 @@ func New(cfg Config) (*Cluster, error) {
 		owners:            map[Bundle]ownerEntry{},
 		owned:             map[Bundle]meta.Version{},
 		unownedSince:      map[Bundle]time.Time{},
-		unloading:         map[Bundle]bool{},
+		unloading:         map[Bundle]meta.Version{},
 	}, nil
 }
 

@@ -48,6 +48,11 @@ func (c *Cluster) resetOwners(kvs []meta.KV, rev int64) {
 			c.loseLocked(b, "ownership key gone (seen on relist)")
 		}
 	}
+	for b, v := range c.unloading {
+		if e, ok := c.owners[b]; int64(v) <= rev && (!ok || e.version != v) {
+			delete(c.unloading, b)
+		}
+	}
 	c.notifyOwnersLocked()
 	c.mu.Unlock()
 	c.kick()
@@ -70,6 +75,9 @@ func (c *Cluster) applyOwners(events []meta.Event) {
 		// before deleting it).
 		if v, mine := c.owned[b]; mine && meta.Version(ev.Revision) > v {
 			c.loseLocked(b, "ownership key "+ev.Type.String()+" by someone else")
+		}
+		if v, ok := c.unloading[b]; ok && meta.Version(ev.Revision) > v {
+			delete(c.unloading, b) // the unloaded key is gone
 		}
 	}
 	c.notifyOwnersLocked()
@@ -418,7 +426,7 @@ func (c *Cluster) adoptLocked(b Bundle, e ownerEntry) bool {
 	if _, mine := c.owned[b]; mine {
 		return true
 	}
-	if e.owner.BrokerID != c.self.ID || c.unloading[b] || c.claimableLocked() != nil {
+	if _, unloading := c.unloading[b]; unloading || e.owner.BrokerID != c.self.ID || c.claimableLocked() != nil {
 		return false
 	}
 	c.owned[b] = e.version
@@ -516,24 +524,11 @@ func (c *Cluster) Unload(ctx context.Context, b Bundle) error {
 		return fmt.Errorf("unload %s: %w", b, ErrNotOwner)
 	}
 	delete(c.owned, b)
-	c.unloading[b] = true
+	c.unloading[b] = v
 	delivered := make(chan struct{})
 	c.events.push(event{bundle: b, delivered: delivered})
 	c.notifyOwnersLocked()
 	c.mu.Unlock()
-	deleted := false
-	defer func() {
-		c.mu.Lock()
-		delete(c.unloading, b)
-		if e, ok := c.owners[b]; ok && deleted && e.version == v {
-			// Forget our key now rather than at its delete event, so the
-			// reconciler does not mistake it for an orphan to adopt.
-			delete(c.owners, b)
-			c.notifyOwnersLocked()
-		}
-		c.mu.Unlock()
-		c.kick()
-	}()
 	var waitErr error
 	select {
 	case <-delivered:
@@ -549,9 +544,14 @@ func (c *Cluster) Unload(ctx context.Context, b Bundle) error {
 	if err := c.cfg.Store.Delete(ctx, ownershipKey(b), v); err != nil && !errors.Is(err, meta.ErrNotFound) && !errors.Is(err, meta.ErrBadVersion) {
 		// The key stays; the reconciler adopts it again (the bundle must
 		// not stay ownerless while our session lives).
+		c.mu.Lock()
+		if c.unloading[b] == v {
+			delete(c.unloading, b)
+		}
+		c.mu.Unlock()
+		c.kick()
 		return errors.Join(waitErr, fmt.Errorf("unload %s: delete ownership key: %w", b, err))
 	}
-	deleted = true
 	if waitErr != nil {
 		return waitErr
 	}
