@@ -21,6 +21,24 @@
 //     live brokers, namespaces and bundle owners, Lookup, and the failover
 //     loop that acquires bundles by rendezvous hashing.
 //   - Bundle: a namespace's hash range; BundleFor maps a topic name to one.
+//
+// How the layer above uses it:
+//
+//	c, err := broker.New(broker.Config{Store: store, Session: session, Self: self,
+//		OnAcquire: loadBundle, OnRelease: unloadBundle})
+//	err = c.Start(ctx) // registers; c.Close() releases everything
+//	err = c.Admin().EnsureDefaults(ctx)
+//
+//	// Serving partition p of Kafka topic t:
+//	name := broker.PartitionName(broker.DefaultNamespace, t, p)
+//	owner, err := c.Lookup(ctx, name) // assigns an owner when there is none
+//	if owner.ID != c.Self().ID { /* NOT_LEADER_FOR_PARTITION */ }
+//
+//	// Kafka Metadata (no assignment): o, ok := c.OwnerOf(name);
+//	// leader = o.Owner.ID, leader epoch = int32(o.Version); -1 when !ok.
+//
+//	// loadBundle(b): for each rec in c.Admin().ListTopics(ctx, b.Namespace),
+//	// load partition i when c.BundleOf(PartitionName(b.Namespace, rec.Name, i)) == b.
 package broker
 
 import "errors"

@@ -514,8 +514,9 @@ func (c *Cluster) Lookup(ctx context.Context, name string) (BrokerInfo, error) {
 // returns) first, then the ownership key is deleted so another broker can
 // take it at once. ErrNotOwner when this broker does not own b. While the
 // Cluster runs, the bundle is placed again by rendezvous, which may pick this
-// broker (a reload); moving bundles elsewhere on purpose is a load manager's
-// job, not built yet. Close unloads everything.
+// broker (a reload); moving a bundle to a chosen broker is a load manager's
+// job, not built (HandoffAfter only restores the rendezvous placement).
+// Close unloads everything.
 func (c *Cluster) Unload(ctx context.Context, b Bundle) error {
 	c.mu.Lock()
 	v, ok := c.owned[b]
