@@ -57,7 +57,7 @@ var apis = []apiSpec{
 	{key: kmsg.InitProducerID, min: 0, max: 5, handler: handleInitProducerID},
 	{key: kmsg.DescribeConfigs, min: 1, max: 4, handler: handleDescribeConfigs},
 	{key: kmsg.CreatePartitions, min: 0, max: 3, handler: handleCreatePartitions},
-	{key: kmsg.DeleteGroups, min: 0, max: 2, group: true, handler: handleDeleteGroups},
+	{key: kmsg.DeleteGroups, min: 0, max: 3, group: true, handler: handleDeleteGroups},
 	{key: kmsg.IncrementalAlterConfigs, min: 0, max: 1, handler: handleIncrementalAlterConfigs},
 	{key: kmsg.OffsetDelete, min: 0, max: 0, group: true, handler: handleOffsetDelete},
 	{key: kmsg.DescribeCluster, min: 0, max: 2, handler: handleDescribeCluster},

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -515,4 +516,20 @@ func TestResponseNotHeldBehindLongPoll(t *testing.T) {
 	if len(resp.Topics[0].Partitions[0].RecordBatches) == 0 {
 		t.Fatal("woken fetch returned no records")
 	}
+}
+
+// TestIdleTimeout: an idle connection is closed; one waiting for a
+// long-poll is not idle.
+func TestIdleTimeout(t *testing.T) {
+	c := newCluster(t, func(cfg *kafka.Config) { cfg.IdleTimeout = 50 * time.Millisecond })
+	if err := c.backend.CreateTopic(testContext(t), "t", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	waiting := c.raw()
+	fetch := fetchRequest(12, "t", 0, 0)
+	fetch.MaxWaitMillis = 300 // six idle timeouts
+	corr := waiting.send(fetch)
+	c.raw().expectClosed() // idle from the start
+	waiting.recv(fetch, corr)
+	waiting.expectClosed() // idle once answered
 }

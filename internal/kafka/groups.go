@@ -11,7 +11,7 @@ package kafka
 //	SyncGroup       (14)   v0–5
 //	DescribeGroups  (15)   v0–5  v6 changes unknown-group answers (KIP-1043)
 //	ListGroups      (16)   v0–5
-//	DeleteGroups    (42)   v0–2
+//	DeleteGroups    (42)   v0–3
 //	OffsetDelete    (47)   v0
 //
 // The GroupCoordinator fills each response completely; this file only

@@ -40,6 +40,7 @@ const (
 	DefaultMaxFrameBytes      = 100 << 20 // Kafka's socket.request.max.bytes
 	DefaultMaxConnections     = 10_000
 	DefaultMaxInFlightPerConn = 32
+	DefaultIdleTimeout        = 10 * time.Minute
 )
 
 // ErrServerClosed is returned by Serve after Close.
@@ -59,6 +60,10 @@ type Config struct {
 	// MaxInFlightPerConn bounds requests read but not yet answered on one
 	// connection; the reader stops reading at the bound.
 	MaxInFlightPerConn int
+	// IdleTimeout closes a connection that sends nothing for this long
+	// while none of its requests is in flight (Kafka's
+	// connections.max.idle.ms); it also bounds a stalled frame.
+	IdleTimeout time.Duration
 	// Registerer receives the front end's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 }
@@ -74,6 +79,7 @@ type Server struct {
 	maxFrameBytes  int32
 	maxConnections int
 	maxInFlight    int
+	idleTimeout    time.Duration
 	addr           string
 
 	ctx    context.Context // canceled by Close; parent of every connection's
@@ -98,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 		maxFrameBytes:  cfg.MaxFrameBytes,
 		maxConnections: cfg.MaxConnections,
 		maxInFlight:    cfg.MaxInFlightPerConn,
+		idleTimeout:    cfg.IdleTimeout,
 		addr:           cfg.Addr,
 		listeners:      make(map[net.Listener]struct{}),
 		conns:          make(map[*conn]struct{}),
@@ -114,6 +121,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.maxInFlight <= 0 {
 		s.maxInFlight = DefaultMaxInFlightPerConn
+	}
+	if s.idleTimeout <= 0 {
+		s.idleTimeout = DefaultIdleTimeout
 	}
 	s.versions = supportedVersions(cfg.Backend.Groups() != nil)
 	s.metrics = newMetrics()
@@ -437,7 +447,7 @@ func (c *conn) readLoop() {
 		case <-c.ctx.Done():
 			return
 		}
-		if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
+		if err := c.readFull(br, sizeBuf[:]); err != nil {
 			if !errors.Is(err, io.EOF) && c.ctx.Err() == nil {
 				c.s.log.Debug("connection read failed", "remote", c.remote, "err", err)
 			}
@@ -454,7 +464,7 @@ func (c *conn) readLoop() {
 			c.abort()
 			return
 		}
-		frame, err := readFrame(br, int(size))
+		frame, err := c.readFrame(br, int(size))
 		if err != nil {
 			c.s.log.Debug("connection closed mid-frame", "remote", c.remote, "err", err)
 			c.abort()
@@ -474,24 +484,41 @@ func (c *conn) readLoop() {
 
 // readFrame reads size bytes, growing the buffer as data arrives so a
 // client that announces a large frame and sends little holds little memory.
-func readFrame(r io.Reader, size int) ([]byte, error) {
+func (c *conn) readFrame(r io.Reader, size int) ([]byte, error) {
 	const chunk = 1 << 20
-	if size <= chunk {
-		frame := make([]byte, size)
-		_, err := io.ReadFull(r, frame)
-		return frame, err
-	}
-	frame := make([]byte, 0, chunk)
+	frame := make([]byte, 0, min(size, chunk))
 	for len(frame) < size {
 		n := min(size-len(frame), chunk)
 		frame = slices.Grow(frame, n)
-		m, err := io.ReadFull(r, frame[len(frame):len(frame)+n])
-		frame = frame[:len(frame)+m]
-		if err != nil {
+		if err := c.readFull(r, frame[len(frame):len(frame)+n]); err != nil {
 			return nil, err
 		}
+		frame = frame[:len(frame)+n]
 	}
 	return frame, nil
+}
+
+// readFull fills buf. A read that sees no byte for the idle timeout fails,
+// unless requests of this connection are in flight: a client waiting for a
+// long-poll or a rebalance is not idle.
+func (c *conn) readFull(r io.Reader, buf []byte) error {
+	for n := 0; n < len(buf); {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idleTimeout))
+		m, err := r.Read(buf[n:])
+		n += m
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && len(c.slots) > 1 && c.ctx.Err() == nil {
+			continue // our own slot is one; others are in flight
+		}
+		if errors.Is(err, io.EOF) && n > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
 }
 
 func (c *conn) writeLoop() {
