@@ -533,3 +533,87 @@ func TestIdleTimeout(t *testing.T) {
 	waiting.recv(fetch, corr)
 	waiting.expectClosed() // idle once answered
 }
+
+func TestAdminErrors(t *testing.T) {
+	c := newCluster(t)
+	ctx := testContext(t)
+	conn := c.raw()
+	if err := c.backend.CreateTopic(ctx, "t", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+
+	create := kmsg.NewPtrCreateTopicsRequest()
+	create.Version = 7
+	for _, spec := range []struct {
+		name       string
+		partitions int32
+		rf         int16
+		assign     bool
+	}{{"dup", 1, -1, false}, {"dup", 1, -1, false}, {"assigned", -1, -1, true}, {"rf3", 2, 3, false}} {
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = spec.name, spec.partitions, spec.rf
+		if spec.assign {
+			a := kmsg.NewCreateTopicsRequestTopicReplicaAssignment()
+			a.Replicas = []int32{1}
+			rt.ReplicaAssignment = append(rt.ReplicaAssignment, a)
+		}
+		create.Topics = append(create.Topics, rt)
+	}
+	cr := conn.request(create).(*kmsg.CreateTopicsResponse)
+	want := []int16{kerr.InvalidRequest.Code, kerr.InvalidRequest.Code, kerr.InvalidReplicaAssignment.Code, 0}
+	for i, rt := range cr.Topics {
+		if rt.ErrorCode != want[i] {
+			t.Errorf("create %s: %v, want %v", rt.Topic, kerr.ErrorForCode(rt.ErrorCode), kerr.ErrorForCode(want[i]))
+		}
+	}
+	if rf3 := cr.Topics[3]; rf3.NumPartitions != 2 || rf3.ReplicationFactor != 1 || len(rf3.Configs) == 0 || rf3.TopicID == [16]byte{} {
+		t.Errorf("create rf3: %+v", rf3)
+	}
+
+	cp := kmsg.NewPtrCreatePartitionsRequest()
+	cp.Version = 3
+	for _, name := range []string{"t", "nope"} {
+		rt := kmsg.NewCreatePartitionsRequestTopic()
+		rt.Topic, rt.Count = name, 2
+		cp.Topics = append(cp.Topics, rt)
+	}
+	cp.Topics[0].Assignment = []kmsg.CreatePartitionsRequestTopicAssignment{{Replicas: []int32{1}}}
+	cpr := conn.request(cp).(*kmsg.CreatePartitionsResponse)
+	if cpr.Topics[0].ErrorCode != kerr.InvalidReplicaAssignment.Code || cpr.Topics[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
+		t.Errorf("create partitions: %+v", cpr.Topics)
+	}
+
+	dc := kmsg.NewPtrDescribeConfigsRequest()
+	dc.Version = 4
+	for _, r := range []struct {
+		typ  kmsg.ConfigResourceType
+		name string
+	}{{kmsg.ConfigResourceTypeBroker, "2"}, {kmsg.ConfigResourceTypeBrokerLogger, "1"}, {kmsg.ConfigResourceTypeTopic, "nope"}, {kmsg.ConfigResourceTypeBroker, ""}} {
+		rr := kmsg.NewDescribeConfigsRequestResource()
+		rr.ResourceType, rr.ResourceName = r.typ, r.name
+		dc.Resources = append(dc.Resources, rr)
+	}
+	dcr := conn.request(dc).(*kmsg.DescribeConfigsResponse)
+	wantDC := []int16{kerr.InvalidRequest.Code, kerr.InvalidRequest.Code, kerr.UnknownTopicOrPartition.Code, 0}
+	for i, rr := range dcr.Resources {
+		if rr.ErrorCode != wantDC[i] {
+			t.Errorf("describe configs %v %q: %v", rr.ResourceType, rr.ResourceName, kerr.ErrorForCode(rr.ErrorCode))
+		}
+	}
+
+	infos, _ := c.backend.Topics(ctx, []string{"t"}, false)
+	del := kmsg.NewPtrDeleteTopicsRequest()
+	del.Version = 6
+	for _, id := range [][16]byte{infos[0].ID, {7}} {
+		rt := kmsg.NewDeleteTopicsRequestTopic()
+		rt.TopicID = id
+		del.Topics = append(del.Topics, rt)
+	}
+	dr := conn.request(del).(*kmsg.DeleteTopicsResponse)
+	if dr.Topics[0].ErrorCode != 0 || *dr.Topics[0].Topic != "t" || dr.Topics[1].ErrorCode != kerr.UnknownTopicID.Code {
+		t.Errorf("delete by id: %+v", dr.Topics)
+	}
+	if c.backend.PartitionFor("t", 0) != nil {
+		t.Error("topic t still exists")
+	}
+}

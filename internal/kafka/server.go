@@ -287,14 +287,15 @@ type inflight struct {
 	rq       *request
 	received time.Time
 	finish   finishFunc
-	// v0Header forces a non-flexible response header (ApiVersions).
+	// flexibleHeader: the response header is v1 (ends in tagged fields);
+	// ApiVersions responses always use header v0 so any client can read them.
 	flexibleHeader bool
 }
 
 // errCloseAfter asks the writer to close the connection after a request.
 var errCloseAfter = errors.New("request asks to close the connection")
 
-// errProtocol marks frames after which the connection must close.
+// protocolError marks frames after which the connection must close.
 type protocolError struct{ msg string }
 
 func (e *protocolError) Error() string { return e.msg }
