@@ -5,7 +5,9 @@ package kafka
 // The submit phase checks every partition's records (records.go), finds the
 // Partition and calls Append for each batch in the order they came, so
 // pipelined produces keep their order; the finish phase waits for the
-// results. v13 addresses topics by ID (the topic-ID cache resolves them).
+// results. Backend.Partition is called in the submit phase, so a partition
+// that takes long to load (a topic takeover) holds up reading that
+// connection's later requests, which could not be answered earlier anyway. v13 addresses topics by ID (the topic-ID cache resolves them).
 //
 // acks must be 0, 1 or −1 (else INVALID_REQUIRED_ACKS on every partition).
 // Both 1 and −1 wait for Append's result, which in ledger mode comes once the
