@@ -47,7 +47,12 @@ run() {
 	shift
 	timeout --kill-after=5 "$step_timeout" "$@" 2>"$work/$name.err"
 }
-show_err() { [[ -f $work/$1.err ]] && sed 's/^/    | /' "$work/$1.err" | tail -n 20; }
+# librdkafka repeats an error on every retry: show each distinct message once
+# (its timestamp dropped), the last ten.
+show_err() {
+	[[ -f $work/$1.err ]] || return 0
+	sed -E 's/^%([0-9])\|[0-9.]+\|/%\1|/' "$work/$1.err" | awk '!seen[$0]++' | tail -n 10 | sed 's/^/    | /'
+}
 
 # kcat's group consumer (-G) exits at the end only with -e; enable.partition.eof
 # makes librdkafka report the end of each partition so -e can fire. The
