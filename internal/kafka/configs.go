@@ -105,6 +105,7 @@ func handleIncrementalAlterConfigs(s *Server, _ context.Context, rq *request) fi
 				}
 				if code == 0 {
 					code = s.errorCode(s.backend.AlterTopicConfigs(ctx, r.ResourceName, ops, req.ValidateOnly), "alter topic configs", "topic", r.ResourceName)
+					s.topicLimits.forget(r.ResourceName)
 				}
 			}
 			rr.ErrorCode = rq.note(code)

@@ -617,3 +617,76 @@ func TestAdminErrors(t *testing.T) {
 		t.Error("topic t still exists")
 	}
 }
+
+// TestTopicMaxMessageBytes: a topic's own max.message.bytes is the limit,
+// below or above the broker's, and a change made through this broker
+// applies at once.
+func TestTopicMaxMessageBytes(t *testing.T) {
+	c := newCluster(t)
+	ctx := testContext(t)
+	c.backend.SetMaxMessageBytes(1000)
+	for name, limit := range map[string]string{"small": "50", "large": "5000"} {
+		if err := c.backend.CreateTopic(ctx, name, 1, map[string]*string{"max.message.bytes": &limit}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.backend.CreateTopic(ctx, "default", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	batch := recordBatch(t, 1, string(make([]byte, 2000))) // over the broker's limit
+	small := recordBatch(t, 1, "x")                         // under all
+	conn := c.raw()
+	for _, tc := range []struct {
+		topic   string
+		records []byte
+		want    int16
+	}{
+		{"small", small, kerr.MessageTooLarge.Code},
+		{"large", batch, 0},
+		{"default", batch, kerr.MessageTooLarge.Code},
+		{"default", small, 0},
+	} {
+		if code, _ := produceCode(t, conn.request(produceRequest(9, tc.topic, 0, tc.records))); code != tc.want {
+			t.Errorf("%s, %d bytes: %v, want %v", tc.topic, len(tc.records), kerr.ErrorForCode(code), kerr.ErrorForCode(tc.want))
+		}
+	}
+	alter := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	alter.Version = 1
+	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "default"
+	rc := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	rc.Name, rc.Op, rc.Value = "max.message.bytes", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("10000")
+	rr.Configs = append(rr.Configs, rc)
+	alter.Resources = append(alter.Resources, rr)
+	if r := conn.request(alter).(*kmsg.IncrementalAlterConfigsResponse); r.Resources[0].ErrorCode != 0 {
+		t.Fatalf("alter: %v", kerr.ErrorForCode(r.Resources[0].ErrorCode))
+	}
+	if code, _ := produceCode(t, conn.request(produceRequest(9, "default", 0, batch))); code != 0 {
+		t.Errorf("after raising the topic's limit: %v", kerr.ErrorForCode(code))
+	}
+}
+
+// TestFetchEmptyRecordsNotNull: a partition with nothing to return sends an
+// empty records field, never null (librdkafka rejects null).
+func TestFetchEmptyRecordsNotNull(t *testing.T) {
+	c := newCluster(t)
+	if err := c.backend.CreateTopic(testContext(t), "t", 1, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	conn := c.raw()
+	for _, version := range []int16{4, 11, 12, 16} {
+		for _, tc := range []struct {
+			topic  string
+			offset int64
+		}{{"t", 0}, {"t", 5}, {"nope", 0}} {
+			req := fetchRequest(version, tc.topic, 0, tc.offset)
+			if version >= 13 {
+				req.Topics[0].TopicID = [16]byte{1}
+			}
+			resp := conn.request(req).(*kmsg.FetchResponse)
+			if p := resp.Topics[0].Partitions[0]; p.RecordBatches == nil {
+				t.Errorf("v%d %s@%d: null records (error %v)", version, tc.topic, tc.offset, kerr.ErrorForCode(p.ErrorCode))
+			}
+		}
+	}
+}

@@ -32,6 +32,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// noRecords is an empty, non-null records field. Kafka never sends null
+// records and librdkafka rejects them ("invalid MessageSetSize -1").
+var noRecords = []byte{}
+
 func handleFetch(s *Server, _ context.Context, rq *request) finishFunc {
 	req := rq.kreq.(*kmsg.FetchRequest)
 	return func(ctx context.Context) kmsg.Response { return s.fetch(ctx, rq, req) }
@@ -73,7 +77,7 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
-			rp.Partition, rp.HighWatermark = p.Partition, -1
+			rp.Partition, rp.HighWatermark, rp.RecordBatches = p.Partition, -1, noRecords
 			code := topicCode
 			var part Partition
 			if code == 0 {
@@ -124,7 +128,7 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.Fet
 	for i := range parts {
 		fp := &parts[i]
 		rp := &resp.Topics[fp.topic].Partitions[fp.partition]
-		rp.RecordBatches = nil
+		rp.RecordBatches = noRecords
 		limit := fp.maxBytes
 		if left := int64(maxBytes) - int64(total); int64(limit) > left {
 			limit = int32(max(left, 0))
@@ -148,7 +152,9 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.Fet
 		if total > 0 && len(res.Records) > int(limit) {
 			continue // only the first partition with data may exceed the limits
 		}
-		rp.RecordBatches = res.Records
+		if len(res.Records) > 0 {
+			rp.RecordBatches = res.Records
+		}
 		total += len(res.Records)
 	}
 	return total, failed

@@ -21,8 +21,9 @@ package kafka
 // first batch's. Transactional produce (a transactional id) answers
 // TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition: transactions are
 // not advertised. Batches marked transactional or control answer
-// INVALID_RECORD. The size limit checked here is Backend.MaxMessageBytes per
-// batch; a topic's own max.message.bytes is for the Partition to enforce.
+// INVALID_RECORD. Each batch must fit the topic's max.message.bytes when set
+// on the topic, else Backend.MaxMessageBytes (MESSAGE_TOO_LARGE); see
+// topic_limits.go.
 // No error_records, no current-leader hints (NOT_LEADER_OR_FOLLOWER makes
 // clients refresh metadata). Throttle is always 0.
 
@@ -51,13 +52,13 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
 		requestCode = kerr.InvalidRequiredAcks.Code
 	}
-	maxBytes := s.backend.MaxMessageBytes()
 
 	var pending []pendingAppend
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic, rt.TopicID = t.Topic, t.TopicID
 		name, topicCode := t.Topic, requestCode
+		maxBytes := int32(-1) // the topic's limit, looked up once it is needed
 		if req.Version >= 13 && topicCode == 0 {
 			var ok bool
 			if name, ok = s.topicIDs.name(ctx, t.TopicID); !ok {
@@ -69,15 +70,18 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 			rp.Partition = p.Partition
 			rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
 			code := topicCode
-			var batches [][]byte
-			if code == 0 {
-				batches, code = splitBatches(p.Records, maxBytes)
-			}
 			var part Partition
 			if code == 0 {
 				var err error
 				part, err = s.backend.Partition(ctx, name, p.Partition)
 				code = s.errorCode(err, "produce: partition", "topic", name, "partition", p.Partition)
+			}
+			var batches [][]byte
+			if code == 0 {
+				if maxBytes < 0 {
+					maxBytes = s.maxMessageBytes(ctx, name)
+				}
+				batches, code = splitBatches(p.Records, maxBytes)
 			}
 			if code != 0 {
 				rp.ErrorCode = rq.note(code)

@@ -75,6 +75,8 @@ type Server struct {
 	metrics  *metrics
 	versions [kmsg.MaxKey + 1]versionRange
 	topicIDs topicIDCache
+	// topicLimits caches each topic's max.message.bytes for Produce.
+	topicLimits topicLimits
 
 	maxFrameBytes  int32
 	maxConnections int

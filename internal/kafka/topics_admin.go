@@ -66,6 +66,7 @@ func (s *Server) createTopic(ctx context.Context, req *kmsg.CreateTopicsRequest,
 		configs[c.Name] = c.Value
 	}
 	err := s.backend.CreateTopic(ctx, t.Topic, t.NumPartitions, configs, req.ValidateOnly)
+	s.topicLimits.forget(t.Topic)
 	if code := s.errorCode(err, "create topic", "topic", t.Topic); code != 0 {
 		return code
 	}
@@ -129,6 +130,7 @@ func handleDeleteTopics(s *Server, _ context.Context, rq *request) finishFunc {
 				code = s.errorCode(s.backend.DeleteTopic(ctx, name), "delete topic", "topic", name)
 				if code == 0 {
 					s.topicIDs.forget(name)
+					s.topicLimits.forget(name)
 				}
 			}
 			rt.ErrorCode = rq.note(code)
