@@ -634,7 +634,7 @@ func TestTopicMaxMessageBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	batch := recordBatch(t, 1, string(make([]byte, 2000))) // over the broker's limit
-	small := recordBatch(t, 1, "x")                         // under all
+	small := recordBatch(t, 1, "x")                        // under all
 	conn := c.raw()
 	for _, tc := range []struct {
 		topic   string
