@@ -105,6 +105,10 @@ type Coordinator struct {
 	groups     map[string]*entry
 	closed     bool
 	checkTimer clock.Timer
+
+	// blockedHook, set by tests before use, is called after a JoinGroup or
+	// SyncGroup blocks (so tests wait for that event instead of polling).
+	blockedHook func(group string)
 }
 
 // entry is one loaded group with what the shell keeps around it.
@@ -539,6 +543,9 @@ func (c *Coordinator) JoinGroup(ctx context.Context, req *kmsg.JoinGroupRequest)
 	if resp != nil {
 		return resp
 	}
+	if c.blockedHook != nil {
+		c.blockedHook(req.Group)
+	}
 	if d, ok := c.wait(ctx, e, id, ch); ok {
 		return d.Join
 	}
@@ -563,6 +570,9 @@ func (c *Coordinator) SyncGroup(ctx context.Context, req *kmsg.SyncGroupRequest)
 	c.release(e)
 	if resp != nil {
 		return resp
+	}
+	if c.blockedHook != nil {
+		c.blockedHook(req.Group)
 	}
 	if d, ok := c.wait(ctx, e, id, ch); ok {
 		return d.Sync

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,18 +48,36 @@ func (e *env) coordinator() *Coordinator {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { c.Close(); client.Close() })
+	blocked := make(chan struct{}, 1)
+	c.blockedHook = func(string) {
+		select {
+		case blocked <- struct{}{}:
+		default:
+		}
+	}
+	testBlocked.Store(c, blocked)
 	return c
 }
 
-// waitFor waits for cond with a deadline (blocked calls run on goroutines).
-func waitFor(t *testing.T, what string, cond func() bool) {
+// testBlocked maps each test coordinator to its blocked-call signal.
+var testBlocked sync.Map
+
+func (c *Coordinator) blockedEvents() <-chan struct{} {
+	ch, _ := testBlocked.Load(c)
+	return ch.(chan struct{})
+}
+
+// waitBlocked waits until the group has n blocked calls: each call that
+// blocks signals the hook, so this waits on events, not on a timer.
+func waitBlocked(t *testing.T, c *Coordinator, group string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	timeout := time.After(10 * time.Second)
+	for c.waiting(group) != n {
+		select {
+		case <-c.blockedEvents():
+		case <-timeout:
+			t.Fatalf("timed out waiting for %d blocked calls in %s (have %d)", n, group, c.waiting(group))
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -281,7 +300,7 @@ func TestRebalanceThroughTheShell(t *testing.T) {
 	a := &testMember{t: t, c: c, group: "g"}
 	a.getID(ctx)
 	joinA := a.join(ctx)
-	waitFor(t, "a blocked in join", func() bool { return c.waiting("g") == 1 })
+	waitBlocked(t, c, "g", 1)
 	// The initial rebalance delay runs on the virtual clock.
 	e.clock.Advance(100 * time.Millisecond)
 	ra := receive(t, "a's join", joinA)
@@ -302,7 +321,7 @@ func TestRebalanceThroughTheShell(t *testing.T) {
 	b := &testMember{t: t, c: c, group: "g"}
 	b.getID(ctx)
 	joinB := b.join(ctx)
-	waitFor(t, "b blocked in join", func() bool { return c.waiting("g") == 1 })
+	waitBlocked(t, c, "g", 1)
 	wantCode(t, "a's heartbeat", a.heartbeat(), kerr.RebalanceInProgress)
 	joinA = a.join(ctx)
 	ra, rb := receive(t, "a's rejoin", joinA), receive(t, "b's join", joinB)
@@ -311,7 +330,7 @@ func TestRebalanceThroughTheShell(t *testing.T) {
 	}
 	a.generation, b.generation = 2, 2
 	syncB := b.sync(ctx, nil)
-	waitFor(t, "b blocked in sync", func() bool { return c.waiting("g") == 1 })
+	waitBlocked(t, c, "g", 1)
 	receive(t, "a's sync", a.sync(ctx, map[string]string{a.id: "p0", b.id: "p1"}))
 	if got := receive(t, "b's sync", syncB); string(got.MemberAssignment) != "p1" {
 		t.Fatalf("b's sync: %+v", got)
@@ -339,14 +358,14 @@ func TestOwnershipLossAnswersBlockedCalls(t *testing.T) {
 	a := &testMember{t: t, c: c, group: "g"}
 	a.getID(ctx)
 	joinA := a.join(ctx)
-	waitFor(t, "a blocked", func() bool { return c.waiting("g") == 1 })
+	waitBlocked(t, c, "g", 1)
 	e.clock.Advance(100 * time.Millisecond)
 	receive(t, "a's join", joinA)
 	// b joins and waits for a to rejoin (up to the rebalance timeout).
 	b := &testMember{t: t, c: c, group: "g"}
 	b.getID(ctx)
 	joinB := b.join(ctx)
-	waitFor(t, "b blocked", func() bool { return c.waiting("g") == 1 })
+	waitBlocked(t, c, "g", 1)
 	// The group moves to another broker.
 	e.owns.Store(false)
 	e.clock.Advance(DefaultOwnershipCheckPeriod)
@@ -363,7 +382,7 @@ func TestBlockedJoinEndsWithContext(t *testing.T) {
 	a := &testMember{t: t, c: c, group: "g"}
 	a.getID(ctx)
 	joinA := a.join(ctx)
-	waitFor(t, "a blocked", func() bool { return c.waiting("g") == 1 })
+	waitBlocked(t, c, "g", 1)
 	cancel()
 	receive(t, "a's join", joinA)
 	if n := c.waiting("g"); n != 0 {
@@ -381,7 +400,7 @@ func TestListDescribeDeleteGroups(t *testing.T) {
 	a := &testMember{t: t, c: c, group: "live"}
 	a.getID(ctx)
 	joinA := a.join(ctx)
-	waitFor(t, "a blocked", func() bool { return c.waiting("live") == 1 })
+	waitBlocked(t, c, "live", 1)
 	e.clock.Advance(100 * time.Millisecond)
 	receive(t, "a's join", joinA)
 	a.generation = 1
@@ -446,7 +465,7 @@ func TestManyMembersConcurrently(t *testing.T) {
 	for i, m := range members {
 		joins[i] = m.join(ctx)
 	}
-	waitFor(t, "all blocked", func() bool { return c.waiting("many") == n })
+	waitBlocked(t, c, "many", n)
 	e.clock.Advance(100 * time.Millisecond)
 	e.clock.Advance(100 * time.Millisecond) // the delay extends once while members arrive
 	leaders := 0
