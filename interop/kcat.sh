@@ -105,7 +105,8 @@ if run consume kcat "${common[@]}" -C -t "$topic" -o beginning -e -f '%k:%s\n' >
 		diff "$work/sent.sorted" "$work/consumed.sorted" | head -n 10 | sed 's/^/    | /'
 	fi
 else
-	fail consume "kcat -C exited $? (124/137: timed out)"
+	rc=$?
+	fail consume "kcat -C exited $rc (124/137: timed out) having read $(wc -l <"$work/consumed")/$messages messages"
 	show_err consume
 fi
 
@@ -125,7 +126,8 @@ if group_consume group-consume "$work/group1"; then
 		fail group-consume "got $(wc -l <"$work/group1") lines, want $messages (or content differs)"
 	fi
 else
-	fail group-consume "kcat -G exited $?"
+	rc=$?
+	fail group-consume "kcat -G exited $rc (124/137: timed out) having read $(wc -l <"$work/group1")/$messages messages"
 	show_err group-consume
 fi
 
@@ -137,7 +139,8 @@ if group_consume group-resume "$work/group2"; then
 		fail group-resume "re-read $(wc -l <"$work/group2") messages: offsets were not committed"
 	fi
 else
-	fail group-resume "kcat -G exited $?"
+	rc=$?
+	fail group-resume "kcat -G exited $rc (124/137: timed out) having read $(wc -l <"$work/group2") messages, want 0"
 	show_err group-resume
 fi
 
@@ -154,7 +157,7 @@ if run produce2 kcat "${common[@]}" -P -t "$topic" -K: -X acks=all -l "$work/sen
 		head -n 5 "$work/group3" | sed 's/^/    | /'
 	fi
 else
-	fail group-new "produce or kcat -G failed"
+	fail group-new "produce or kcat -G failed (timed out?) having read $(wc -l <"$work/group3" 2>/dev/null || echo 0) messages, want the 10 new ones"
 	show_err produce2
 	show_err group-new
 fi
