@@ -742,12 +742,8 @@ func (c *Coordinator) DescribeGroups(ctx context.Context, req *kmsg.DescribeGrou
 	resp.Version = req.Version
 	for _, name := range req.Groups {
 		var d kmsg.DescribeGroupsResponseGroup
-		e, err := (*entry)(nil), (*kerr.Error)(nil)
-		if name == "" {
-			err = kerr.InvalidGroupID
-		} else {
-			e, err = c.acquire(ctx, name, false)
-		}
+		// An empty group id is valid here, as in Kafka (and for offsets).
+		e, err := c.acquire(ctx, name, false)
 		if err != nil {
 			d = kmsg.NewDescribeGroupsResponseGroup()
 			d.Group = name
@@ -850,9 +846,6 @@ func (c *Coordinator) DeleteGroups(ctx context.Context, req *kmsg.DeleteGroupsRe
 }
 
 func (c *Coordinator) deleteGroup(ctx context.Context, name string) *kerr.Error {
-	if name == "" {
-		return kerr.InvalidGroupID
-	}
 	e, err := c.acquire(ctx, name, true)
 	if err != nil {
 		return err

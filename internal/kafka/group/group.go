@@ -19,7 +19,14 @@
 //
 // It never owns a group it is not told it owns (Config.Owns): requests for
 // other groups get NOT_COORDINATOR, and group membership is never persisted,
-// only committed offsets are.
+// only committed offsets are (key DefaultKeyPrefix + url.PathEscape(group),
+// a JSON document of every offset of the group).
+//
+// The front end should attach the client id and address of each connection
+// with WithClient (member ids start with the client id, as in Kafka, and
+// DescribeGroups shows both), and must pass a ctx to JoinGroup and SyncGroup
+// that ends only when the connection does: they block for up to the
+// rebalance timeout, as in Kafka.
 package group
 
 import (
