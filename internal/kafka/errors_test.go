@@ -690,3 +690,21 @@ func TestFetchEmptyRecordsNotNull(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeFrame: a frame over the 1 MiB read chunk arrives whole.
+func TestLargeFrame(t *testing.T) {
+	c := newCluster(t)
+	limit := "10000000"
+	if err := c.backend.CreateTopic(testContext(t), "big", 1, map[string]*string{"max.message.bytes": &limit}, false); err != nil {
+		t.Fatal(err)
+	}
+	batch := recordBatch(t, 1, string(make([]byte, 3<<20)))
+	conn := c.raw()
+	if code, _ := produceCode(t, conn.request(produceRequest(9, "big", 0, batch))); code != 0 {
+		t.Fatal(kerr.ErrorForCode(code))
+	}
+	resp := conn.request(fetchRequest(12, "big", 0, 0)).(*kmsg.FetchResponse)
+	if got := resp.Topics[0].Partitions[0].RecordBatches; len(got) != len(batch) {
+		t.Fatalf("fetched %d bytes, want %d", len(got), len(batch))
+	}
+}

@@ -44,6 +44,7 @@ func groupCall[Req kmsg.Request, Resp kmsg.Response](call func(GroupCoordinator,
 				panic(fmt.Sprintf("GroupCoordinator answered %s with nil", apiName(rq.key)))
 			}
 			resp.SetVersion(rq.version)
+			rq.note(groupErrorCode(resp))
 			return resp
 		}
 	}
@@ -73,6 +74,28 @@ func isNilPointer(resp kmsg.Response) bool {
 		return r == nil
 	}
 	return false
+}
+
+// groupErrorCode is a group response's top-level error, for the requests
+// metric (the per-partition and per-group ones are not counted).
+func groupErrorCode(resp kmsg.Response) int16 {
+	switch r := resp.(type) {
+	case *kmsg.JoinGroupResponse:
+		return r.ErrorCode
+	case *kmsg.SyncGroupResponse:
+		return r.ErrorCode
+	case *kmsg.HeartbeatResponse:
+		return r.ErrorCode
+	case *kmsg.LeaveGroupResponse:
+		return r.ErrorCode
+	case *kmsg.OffsetDeleteResponse:
+		return r.ErrorCode
+	case *kmsg.ListGroupsResponse:
+		return r.ErrorCode
+	case *kmsg.OffsetFetchResponse:
+		return r.ErrorCode
+	}
+	return 0
 }
 
 var (
