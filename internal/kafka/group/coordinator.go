@@ -41,6 +41,11 @@ const (
 	DefaultStoreTimeout         = 10 * time.Second
 	DefaultOwnershipCheckPeriod = time.Second
 	DefaultIdleGroupRetention   = 10 * time.Minute
+	// DefaultOffsetsRetention is Kafka's offsets.retention.minutes (7 days).
+	DefaultOffsetsRetention = 7 * 24 * time.Hour
+	// DefaultOffsetsRetentionCheckPeriod is Kafka's
+	// offsets.retention.check.interval.ms.
+	DefaultOffsetsRetentionCheckPeriod = 10 * time.Minute
 )
 
 // Config configures a Coordinator. Zero values take the defaults above.
@@ -76,6 +81,11 @@ type Config struct {
 	// IdleGroupRetention: an Empty group with no offsets is forgotten after
 	// this long (Kafka removes them at its next offsets cleanup).
 	IdleGroupRetention time.Duration
+	// OffsetsRetention: how long committed offsets outlive their group
+	// (see Group.ExpireOffsets); checked every OffsetsRetentionCheckPeriod
+	// over every stored group this broker owns.
+	OffsetsRetention            time.Duration
+	OffsetsRetentionCheckPeriod time.Duration
 	// NewMemberID makes member ids (prefix-UUID if nil); tests override it.
 	NewMemberID func(prefix string) string
 }
@@ -101,10 +111,11 @@ type Coordinator struct {
 	log      *slog.Logger
 	waiterID atomic.Uint64
 
-	mu         sync.Mutex
-	groups     map[string]*entry
-	closed     bool
-	checkTimer clock.Timer
+	mu          sync.Mutex
+	groups      map[string]*entry
+	closed      bool
+	checkTimer  clock.Timer
+	expiryTimer clock.Timer
 
 	// blockedHook, set by tests before use, is called after a JoinGroup or
 	// SyncGroup blocks (so tests wait for that event instead of polling).
@@ -164,6 +175,8 @@ func New(cfg Config) (*Coordinator, error) {
 	setDefault(&cfg.StoreTimeout, DefaultStoreTimeout)
 	setDefault(&cfg.OwnershipCheckPeriod, DefaultOwnershipCheckPeriod)
 	setDefault(&cfg.IdleGroupRetention, DefaultIdleGroupRetention)
+	setDefault(&cfg.OffsetsRetention, DefaultOffsetsRetention)
+	setDefault(&cfg.OffsetsRetentionCheckPeriod, DefaultOffsetsRetentionCheckPeriod)
 	if cfg.NewMemberID == nil {
 		cfg.NewMemberID = randomMemberID
 	}
@@ -182,6 +195,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.mu.Lock()
 	c.checkTimer = c.cfg.Clock.AfterFunc(c.cfg.OwnershipCheckPeriod, c.check)
+	c.expiryTimer = c.cfg.Clock.AfterFunc(c.cfg.OffsetsRetentionCheckPeriod, c.expireOffsets)
 	c.mu.Unlock()
 	return c, nil
 }
@@ -215,9 +229,8 @@ func (c *Coordinator) Close() {
 		return
 	}
 	c.closed = true
-	if c.checkTimer != nil {
-		c.checkTimer.Stop()
-	}
+	c.checkTimer.Stop()
+	c.expiryTimer.Stop()
 	entries := c.snapshot()
 	c.mu.Unlock()
 	for _, e := range entries {
@@ -435,6 +448,60 @@ func (c *Coordinator) check() {
 		c.checkTimer = c.cfg.Clock.AfterFunc(c.cfg.OwnershipCheckPeriod, c.check)
 	}
 	c.mu.Unlock()
+}
+
+// expireOffsets runs every OffsetsRetentionCheckPeriod: it removes the
+// expired offsets of every stored group this broker owns (loading the groups
+// it has not loaded yet, as Kafka keeps all of them loaded).
+func (c *Coordinator) expireOffsets() {
+	ctx := context.Background()
+	expired := 0
+	after := ""
+	for {
+		lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+		page, err := c.cfg.Store.List(lctx, c.cfg.KeyPrefix, meta.ListOptions{After: after})
+		cancel()
+		if err != nil {
+			c.log.Warn("cannot list groups to expire offsets", "err", err)
+			break
+		}
+		for _, kv := range page.KVs {
+			after = kv.Key
+			name, err := url.PathUnescape(strings.TrimPrefix(kv.Key, c.cfg.KeyPrefix))
+			if err != nil || !c.cfg.Owns(name) {
+				continue
+			}
+			expired += c.expireGroup(ctx, name)
+		}
+		if !page.More {
+			break
+		}
+	}
+	if expired > 0 {
+		c.log.Info("expired committed offsets", "offsets", expired)
+	}
+	c.mu.Lock()
+	if !c.closed {
+		c.expiryTimer = c.cfg.Clock.AfterFunc(c.cfg.OffsetsRetentionCheckPeriod, c.expireOffsets)
+	}
+	c.mu.Unlock()
+}
+
+// expireGroup removes one group's expired offsets; it returns how many.
+func (c *Coordinator) expireGroup(ctx context.Context, name string) int {
+	e, err := c.acquire(ctx, name, true)
+	if err != nil {
+		return 0
+	}
+	defer e.io.Unlock()
+	n := 0
+	if w := e.g.ExpireOffsets(c.cfg.Clock.Now(), c.cfg.OffsetsRetention); w != nil {
+		if err := c.write(ctx, e, w); err == nil {
+			n = len(w.Delete)
+		}
+	}
+	c.release(e)
+	return n
 }
 
 // addWaiter registers a blocked call; e.mu must be held.

@@ -481,3 +481,25 @@ func TestManyMembersConcurrently(t *testing.T) {
 		t.Fatalf("%d leaders", leaders)
 	}
 }
+
+func TestOffsetsExpireFromTheStore(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.coordinator()
+	a.OffsetCommit(ctx, commitReq("old", "", -1, map[int32]int64{0: 1}))
+	a.Close()
+	// A fresh coordinator has not loaded the group; the expiry pass finds
+	// it in the store (DefaultOffsetsRetentionCheckPeriod after start).
+	b := e.coordinator()
+	e.clock.Advance(DefaultOffsetsRetention - time.Millisecond)
+	if _, err := e.server.NewClient().Get(ctx, DefaultKeyPrefix+"old"); err != nil {
+		t.Fatalf("expired before retention: %v", err)
+	}
+	e.clock.Advance(DefaultOffsetsRetentionCheckPeriod)
+	if _, err := e.server.NewClient().Get(ctx, DefaultKeyPrefix+"old"); err == nil {
+		t.Fatal("offsets not expired from the store")
+	}
+	if got := fetchAll(t, b, "old"); len(got) != 0 {
+		t.Fatalf("offsets after expiry: %v", got)
+	}
+}

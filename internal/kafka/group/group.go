@@ -200,6 +200,10 @@ type Group struct {
 	subscribedKnown bool
 
 	offsets map[TopicPartition]Offset
+	// emptySince is when the group last became Empty (Kafka's current state
+	// timestamp, which offset expiry counts from); zero when not known
+	// (after a load), in which case each offset's commit time counts.
+	emptySince time.Time
 
 	deliveries []Delivery
 	events     []string

@@ -650,3 +650,58 @@ func TestOffsetsEncoding(t *testing.T) {
 		t.Fatal("unknown format accepted")
 	}
 }
+
+func TestExpireOffsets(t *testing.T) {
+	const retention = time.Hour
+	// A standalone group: each offset expires retention after its commit.
+	h := newHarness(t, 0)
+	h.commit("", -1, 1)
+	if w := h.g.ExpireOffsets(h.now.Add(retention-time.Millisecond), retention); w != nil {
+		t.Fatalf("expired early: %+v", w)
+	}
+	w := h.g.ExpireOffsets(h.now.Add(retention), retention)
+	if w == nil || len(w.Delete) != 1 {
+		t.Fatalf("standalone expiry: %+v", w)
+	}
+	h.g.ApplyWrite(w)
+	if h.g.Exists() {
+		t.Fatal("a standalone group without offsets should be gone")
+	}
+
+	// A consumer group: while Stable only unsubscribed topics expire; once
+	// Empty, everything expires retention after it emptied.
+	h = newHarness(t, 0)
+	a, _ := h.newMember("c")
+	h.sync(a, 1, map[string]string{a: "x"})
+	h.commit(a, 1, 5) // t1, subscribed
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version, req.Group, req.MemberID, req.Generation = 9, "g", a, 1
+	req.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "old", Partitions: []kmsg.OffsetCommitRequestTopicPartition{kmsg.NewOffsetCommitRequestTopicPartition()}}}
+	_, cw := h.g.ValidateCommit(h.now, req)
+	h.g.ApplyWrite(cw)
+	w = h.g.ExpireOffsets(h.now.Add(retention), retention)
+	if w == nil || len(w.Delete) != 1 || w.Delete[0].Topic != "old" {
+		t.Fatalf("stable expiry: %+v", w)
+	}
+	h.g.ApplyWrite(w)
+	h.advance(session) // a stops heartbeating: the group empties now
+	h.wantState(Empty, 2)
+	emptied := h.now
+	if w := h.g.ExpireOffsets(emptied.Add(retention-time.Millisecond), retention); w != nil {
+		t.Fatalf("expired before retention since empty: %+v", w)
+	}
+	if w := h.g.ExpireOffsets(emptied.Add(retention), retention); w == nil || len(w.Delete) != 1 {
+		t.Fatalf("empty expiry: %+v", w)
+	}
+
+	// An explicit retention (OffsetCommit v2–v4) wins.
+	h = newHarness(t, 0)
+	req = kmsg.NewPtrOffsetCommitRequest()
+	req.Version, req.Group, req.RetentionTimeMillis = 2, "g", 1000
+	req.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "t", Partitions: []kmsg.OffsetCommitRequestTopicPartition{kmsg.NewOffsetCommitRequestTopicPartition()}}}
+	_, cw = h.g.ValidateCommit(h.now, req)
+	h.g.ApplyWrite(cw)
+	if w := h.g.ExpireOffsets(h.now.Add(time.Second), retention); w == nil {
+		t.Fatal("explicit retention ignored")
+	}
+}

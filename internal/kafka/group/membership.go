@@ -382,6 +382,7 @@ func (g *Group) prepareRebalance(now time.Time, reason string) {
 	}
 	g.note("preparing rebalance from %s at generation %d: %s", g.state, g.generation, reason)
 	g.state = PreparingRebalance
+	g.emptySince = time.Time{}
 	g.maybeCompleteJoin(now)
 }
 
@@ -421,6 +422,7 @@ func (g *Group) completeJoin(now time.Time) {
 		g.protocol = ""
 		g.subscribed, g.subscribedKnown = nil, false
 		g.state = Empty
+		g.emptySince = now
 		g.note("group is empty at generation %d", g.generation)
 		return
 	}

@@ -9,8 +9,10 @@ package group
 //     front end must not advertise those versions.
 //   - Topics are not checked for existence (Kafka answers
 //     UNKNOWN_TOPIC_OR_PARTITION for unknown ones); offsets for any name are kept.
-//   - Offsets do not expire (offsets.retention.minutes); DeleteGroups and
-//     OffsetDelete remove them.
+//   - Offset expiry (offsets.retention.minutes, KIP-211) counts from when the
+//     group became Empty only while this coordinator has seen it so; after
+//     a load it counts from each offset's commit time (Kafka's rule for
+//     groups without a state timestamp).
 //   - RequireStable is ignored: there are no transactions.
 
 import (
@@ -195,6 +197,60 @@ func (g *Group) LoadOffsets(offsets map[TopicPartition]Offset, protocolType stri
 func (g *Group) Committed(tp TopicPartition) (Offset, bool) {
 	o, ok := g.offsets[tp]
 	return o, ok
+}
+
+// ExpireOffsets returns the write that removes the offsets whose retention
+// has passed at now (nil when none), by Kafka's rules: an Empty consumer group
+// loses all its offsets retention after it became Empty; a Stable consumer
+// group loses those of topics it no longer subscribes to, retention after
+// their commit; a standalone group (no protocol type) loses each offset
+// retention after its commit. Offsets committed with an explicit retention
+// (OffsetCommit v2–v4) expire at their own expiry time instead.
+func (g *Group) ExpireOffsets(now time.Time, retention time.Duration) *OffsetWrite {
+	if !g.Exists() || len(g.offsets) == 0 {
+		return nil
+	}
+	nowMillis := now.UnixMilli()
+	retentionMillis := retention.Milliseconds()
+	var base func(o Offset) int64
+	subscribed := map[string]bool{}
+	switch {
+	case g.protocolType == "":
+		base = func(o Offset) int64 { return o.CommitMillis }
+	case g.state == Empty:
+		base = func(o Offset) int64 { return o.CommitMillis }
+		if !g.emptySince.IsZero() {
+			base = func(Offset) int64 { return g.emptySince.UnixMilli() }
+		}
+	case g.protocolType == "consumer" && g.state == Stable && g.subscribedKnown:
+		base = func(o Offset) int64 { return o.CommitMillis }
+		subscribed = g.subscribed
+	default:
+		return nil
+	}
+	w := &OffsetWrite{}
+	for tp, o := range g.offsets {
+		if subscribed[tp.Topic] {
+			continue
+		}
+		expired := nowMillis-base(o) >= retentionMillis
+		if o.ExpireMillis >= 0 {
+			expired = nowMillis >= o.ExpireMillis
+		}
+		if expired {
+			w.Delete = append(w.Delete, tp)
+		}
+	}
+	if len(w.Delete) == 0 {
+		return nil
+	}
+	sort.Slice(w.Delete, func(i, j int) bool {
+		if w.Delete[i].Topic != w.Delete[j].Topic {
+			return w.Delete[i].Topic < w.Delete[j].Topic
+		}
+		return w.Delete[i].Partition < w.Delete[j].Partition
+	})
+	return w
 }
 
 // FetchTopic is one topic of an OffsetFetch: partitions nil means all the
