@@ -36,8 +36,8 @@ var topicConfigs = map[string]topicConfig{
 		check: intAtLeast(-1)},
 	"retention.bytes": {def: "-1", typ: kmsg.ConfigTypeLong, doc: "closed ledgers beyond this size are deleted (-1 no limit)",
 		check: intAtLeast(-1)},
-	"max.message.bytes": {def: strconv.Itoa(defaultMaxMessageBytes), typ: kmsg.ConfigTypeInt, doc: "largest record batch a produce may carry",
-		check: intAtLeast(0)},
+	"max.message.bytes": {def: strconv.Itoa(defaultMaxMessageBytes), typ: kmsg.ConfigTypeInt, doc: "largest record batch a produce may carry (at most one ledger entry)",
+		check: intBetween(0, maxEntryBatch)},
 	"message.timestamp.type": {def: "CreateTime", typ: kmsg.ConfigTypeString, doc: "only CreateTime",
 		check: oneOf("CreateTime")},
 	"segment.ms": {def: strconv.FormatInt((240 * time.Minute).Milliseconds(), 10), typ: kmsg.ConfigTypeLong,
@@ -58,6 +58,16 @@ func oneOf(vals ...string) func(string) error {
 			}
 		}
 		return fmt.Errorf("%q is not one of %v", v, vals)
+	}
+}
+
+func intBetween(lo, hi int64) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("%q is not an integer in [%d, %d]", v, lo, hi)
+		}
+		return nil
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"quire/internal/bookie/wire"
 	"quire/internal/broker"
 	"quire/internal/mlog/mlogclient"
 	"quire/internal/topic"
@@ -40,6 +41,10 @@ func (l *loaded) partition() *topic.Partition {
 func storageName(partitionName string, id broker.TopicID) string {
 	return partitionName + "@" + hex.EncodeToString(id[:8])
 }
+
+// maxEntryBatch is the largest record batch one ledger entry holds: a
+// bookie frame less the frame's and the entry's overhead.
+const maxEntryBatch = wire.DefaultMaxFrameBytes - wire.FrameOverheadBytes - 64
 
 func floorKey(storage string) string { return "/quire/kafka/floors/" + storage }
 
@@ -146,7 +151,7 @@ func (b *Broker) load(l *loaded, rec broker.TopicRecord) {
 		return
 	}
 	p, err := topic.Open(ctx, topic.Config{
-		Name: l.name, Log: topic.LedgerLog{T: t}, Store: b.cfg.Store, FloorKey: floorKey(storage),
+		Name: l.name, Log: topic.LedgerLog{T: t}, Store: b.cfg.Store, FloorKey: floorKey(storage), MaxBatchBytes: maxEntryBatch,
 		Logger: b.cfg.Logger,
 		OnFail: func(error) { b.drop(l) },
 	})

@@ -89,6 +89,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = def.MaxMessageBytes
 	}
+	if cfg.MaxMessageBytes > maxEntryBatch {
+		return nil, fmt.Errorf("server: message max bytes %d is more than one ledger entry holds (%d)", cfg.MaxMessageBytes, maxEntryBatch)
+	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = def.SessionTTL
 	}

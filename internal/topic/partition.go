@@ -31,6 +31,9 @@ type Config struct {
 	// MaxIndexed bounds the in-memory index of recent batches (default
 	// 50,000); older offsets are found by binary search over the log.
 	MaxIndexed int
+	// MaxBatchBytes is the largest batch the log can store as one entry
+	// (0: no limit); larger ones get MESSAGE_TOO_LARGE.
+	MaxBatchBytes int
 	// OnFail is called (once, without locks held) when the partition stops
 	// serving: its log failed or was fenced by a new owner.
 	OnFail func(error)
@@ -286,6 +289,10 @@ func (p *Partition) indexBatch(b Batch, pos Pos, size int32) {
 // Append implements kafka.Partition.
 func (p *Partition) Append(raw []byte) <-chan kafka.AppendResult {
 	out := make(chan kafka.AppendResult, 1)
+	if p.cfg.MaxBatchBytes > 0 && len(raw) > p.cfg.MaxBatchBytes {
+		out <- kafka.AppendResult{Err: kerr.MessageTooLarge}
+		return out
+	}
 	b, err := ParseBatch(raw)
 	if err != nil {
 		out <- kafka.AppendResult{Err: batchErr(err)}

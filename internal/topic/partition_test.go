@@ -489,3 +489,11 @@ func TestBadBatchesAreRejected(t *testing.T) {
 }
 
 var _ kafka.Partition = (*Partition)(nil)
+
+func TestBatchLargerThanAnEntryIsRefused(t *testing.T) {
+	p := openTest(t, newMemLog(), nil, func(c *Config) { c.MaxBatchBytes = 200 })
+	if r := <-p.Append(mkBatch(-1, -1, -1, 40, 1)); !errors.Is(r.Err, kerr.MessageTooLarge) {
+		t.Fatalf("a %d-byte batch with a 200-byte limit: %v", len(mkBatch(-1, -1, -1, 40, 1)), r.Err)
+	}
+	appendOK(t, p, mkBatch(-1, -1, -1, 1, 1))
+}

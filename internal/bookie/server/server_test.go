@@ -305,7 +305,7 @@ func TestBadFrameClosesOnlyThatConnection(t *testing.T) {
 	}{
 		{"garbage", []byte("GET / HTTP/1.1\r\nHost: bookie\r\n\r\n")},
 		{"oversized length prefix", []byte{0xFF, 0xFF, 0xFF, 0xF0, 1, 2, 3, 4}},
-		{"just over the limit", []byte{0, 0x50, 0, 1}},
+		{"just over the limit", binary.BigEndian.AppendUint32(nil, wire.DefaultMaxFrameBytes+1)},
 		{"zero length", []byte{0, 0, 0, 0}},
 		{"undecodable protobuf", []byte{0, 0, 0, 3, 0xFF, 0xFF, 0xFF}},
 		{"request without body", noBody},

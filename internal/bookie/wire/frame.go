@@ -25,8 +25,10 @@ import (
 
 // DefaultMaxFrameBytes bounds a frame's length (not counting the 4-byte prefix) unless a
 // reader is configured otherwise. It is also the largest entry a bookie accepts, so it bounds
-// what a ledger writer may put in one entry.
-const DefaultMaxFrameBytes = 5 << 20
+// what a ledger writer may put in one entry. BookKeeper's nettyMaxFrameSizeBytes defaults to
+// 5 MB; Quire takes 16 MiB so a Kafka topic's max.message.bytes can be raised past 5 MB (one
+// record batch is one entry).
+const DefaultMaxFrameBytes = 16 << 20
 
 // FrameHeaderBytes is the size of the length prefix.
 const FrameHeaderBytes = 4
