@@ -150,6 +150,9 @@ var (
 //	payload
 const entryHeaderSize = 12
 
+// EntryOverhead is what EncodeEntry adds to a payload.
+const EntryOverhead = entryHeaderSize
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // EncodeEntry frames payload for storage.

@@ -92,6 +92,10 @@ type Config struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
+// MaxEntryBytes is the largest entry an add request may carry: a frame
+// less the request's own overhead.
+func (c *Client) MaxEntryBytes() int { return c.cfg.MaxFrameBytes - wire.FrameOverheadBytes }
+
 func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

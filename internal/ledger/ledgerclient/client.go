@@ -300,6 +300,11 @@ func (w *Writer) process() {
 // AppendAsync adds payload; cb gets the entry id once it is acknowledged (in
 // entry order) or the error. cb runs on the writer's goroutine: keep it short.
 func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) {
+	if limit := w.c.cfg.Bookies.MaxEntryBytes() - ledger.EntryOverhead; len(payload) > limit {
+		// A bookie would refuse it on every ensemble: never let it in.
+		cb(-1, fmt.Errorf("%w: %d bytes, at most %d", ErrEntryTooLarge, len(payload), limit))
+		return
+	}
 	add := func() {
 		id, err := w.core.Add(payload)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"quire/internal/bookie/wire"
 	"sync"
 	"testing"
 	"time"
@@ -261,5 +262,32 @@ func TestTailReadByLongPoll(t *testing.T) {
 			}
 		}
 		next = lac + 1
+	}
+}
+
+// An entry no bookie frame can carry is refused at once, before it gets an
+// entry id; the writer goes on. (A bookie refusing it on every ensemble
+// would otherwise make the writer change ensembles for ever.)
+func TestEntryLargerThanAFrameIsRefused(t *testing.T) {
+	c := startCluster(t, "a", "b", "c")
+	lc := c.client(t, "w")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := lc.Create(ctx, 3, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(ctx, payload(0)); err != nil {
+		t.Fatal(err)
+	}
+	huge := make([]byte, wire.DefaultMaxFrameBytes)
+	if _, err := w.Append(ctx, huge); !errors.Is(err, ErrEntryTooLarge) {
+		t.Fatalf("a %d-byte entry: %v", len(huge), err)
+	}
+	if id, err := w.Append(ctx, payload(1)); err != nil || id != 1 {
+		t.Fatalf("append after the refused one: entry %d, %v", id, err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -13,6 +13,10 @@ import (
 // ErrNoNewEntries: a long poll timed out without the LAC moving.
 var ErrNoNewEntries = errors.New("ledger: no new entries before the timeout")
 
+// ErrEntryTooLarge: the payload does not fit in one bookie frame. The
+// writer refuses it before giving it an entry id, so the ledger is unharmed.
+var ErrEntryTooLarge = errors.New("ledger: entry larger than a bookie frame")
+
 // WaitLAC is the tailing reader's long poll: it asks every bookie of the
 // ledger's last fragment to answer once its LAC exceeds previous, and returns
 // the first (highest seen) answer. Entries up to the returned LAC are
