@@ -167,3 +167,23 @@ type Backend interface {
 	// (kerr.MessageTooLarge above it) unless the topic overrides it.
 	MaxMessageBytes() int32
 }
+
+// ClientInfo names the client a request came from: its client.id and
+// host. The front end puts it in the context of every group request, so
+// DescribeGroups can show who the members are.
+type ClientInfo struct {
+	ID   string
+	Host string
+}
+
+type clientInfoKey struct{}
+
+// ClientFrom returns the ClientInfo the front end put in ctx.
+func ClientFrom(ctx context.Context) (ClientInfo, bool) {
+	info, ok := ctx.Value(clientInfoKey{}).(ClientInfo)
+	return info, ok
+}
+
+func withClient(ctx context.Context, info ClientInfo) context.Context {
+	return context.WithValue(ctx, clientInfoKey{}, info)
+}

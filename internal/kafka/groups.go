@@ -39,7 +39,11 @@ func groupCall[Req kmsg.Request, Resp kmsg.Response](call func(GroupCoordinator,
 	return func(s *Server, _ context.Context, rq *request) finishFunc {
 		req := rq.kreq.(Req)
 		return func(ctx context.Context) kmsg.Response {
-			resp := call(s.backend.Groups(), ctx, req)
+			info, _ := ClientFrom(ctx)
+			if rq.clientID != nil {
+				info.ID = *rq.clientID
+			}
+			resp := call(s.backend.Groups(), withClient(ctx, info), req)
 			if any(resp) == nil || isNilPointer(resp) {
 				panic(fmt.Sprintf("GroupCoordinator answered %s with nil", apiName(rq.key)))
 			}

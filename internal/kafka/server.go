@@ -409,6 +409,11 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
+	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
+	if err != nil {
+		host = nc.RemoteAddr().String()
+	}
+	ctx = withClient(ctx, ClientInfo{Host: "/" + host}) // Kafka shows hosts as "/1.2.3.4"
 	return &conn{
 		s:      s,
 		nc:     nc,

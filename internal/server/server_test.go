@@ -139,6 +139,15 @@ func TestProduceConsumeWithFranzGo(t *testing.T) {
 	if err := cons.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// DescribeGroups names the member's client id and host, as Kafka does.
+	dg, err := adm.DescribeGroups(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := dg["g1"]
+	if g.State != "Stable" || len(g.Members) != 1 || g.Members[0].ClientID != "kgo" || g.Members[0].ClientHost != "/127.0.0.1" {
+		t.Fatalf("described group: %+v", g)
+	}
 	offs, err := adm.FetchOffsets(ctx, "g1")
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"quire/internal/clock"
+	"quire/internal/kafka"
 	"quire/internal/meta"
 )
 
@@ -99,8 +100,12 @@ func WithClient(ctx context.Context, info ClientInfo) context.Context {
 }
 
 func clientFrom(ctx context.Context) ClientInfo {
-	info, _ := ctx.Value(clientInfoKey{}).(ClientInfo)
-	return info
+	if info, ok := ctx.Value(clientInfoKey{}).(ClientInfo); ok {
+		return info
+	}
+	// What the Kafka front end says about the request's connection.
+	info, _ := kafka.ClientFrom(ctx)
+	return ClientInfo{ID: info.ID, Host: info.Host}
 }
 
 // Coordinator serves every group this broker owns. It implements
