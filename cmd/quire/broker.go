@@ -110,14 +110,7 @@ ledgers; no data is copied.`,
 			}
 			defer closeBroker()
 			health := admin.NewHealth()
-			health.Register("broker", func(context.Context) error {
-				select {
-				case <-br.Lost():
-					return fmt.Errorf("metadata session lost")
-				default:
-					return nil
-				}
-			})
+			health.Register("broker", br.Healthy)
 			httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
 			if err != nil {
 				return err

@@ -105,14 +105,7 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		return err
 	}
 	defer closeBroker() // before the bookies close: close the ledgers cleanly first
-	health.Register("broker", func(context.Context) error {
-		select {
-		case <-br.Lost():
-			return errors.New("metadata session lost")
-		default:
-			return nil
-		}
-	})
+	health.Register("broker", br.Healthy)
 
 	httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
 	if err != nil {

@@ -191,7 +191,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	if err := b.admin.DeleteTopic(ctx, b.cfg.Namespace, name); err != nil {
 		return topicErr(err)
 	}
-	b.dropTopic(name, rec.Partitions)
+	b.dropTopicAnyPartition(name)
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -237,18 +237,12 @@ func (b *Broker) watchTopics() {
 	}
 }
 
+// dropTopicAnyPartition closes every loaded partition of a topic.
 func (b *Broker) dropTopicAnyPartition(topicName string) {
-	b.mu.Lock()
-	var doomed []*loaded
-	for name, l := range b.parts {
-		if _, t, _, err := broker.ParsePartitionName(name); err == nil && t == topicName {
-			doomed = append(doomed, l)
-		}
-	}
-	b.mu.Unlock()
-	for _, l := range doomed {
-		b.drop(l)
-	}
+	b.dropWhere(func(l *loaded) bool {
+		_, t, _, err := broker.ParsePartitionName(l.name)
+		return err == nil && t == topicName
+	})
 }
 
 // CreatePartitions implements kafka.Backend.

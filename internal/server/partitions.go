@@ -235,10 +235,20 @@ func (b *Broker) onAcquire(bundle broker.Bundle) {
 
 // onRelease closes the partitions of a bundle this broker no longer owns.
 func (b *Broker) onRelease(bundle broker.Bundle) {
+	b.dropWhere(func(l *loaded) bool { return l.bundle == bundle })
+}
+
+// closeAll closes every partition (shutdown).
+func (b *Broker) closeAll() {
+	b.dropWhere(func(*loaded) bool { return true })
+}
+
+// dropWhere closes, in parallel, every loaded partition that match picks.
+func (b *Broker) dropWhere(match func(*loaded) bool) {
 	b.mu.Lock()
 	var doomed []*loaded
 	for _, l := range b.parts {
-		if l.bundle == bundle {
+		if match(l) {
 			doomed = append(doomed, l)
 		}
 	}
@@ -252,36 +262,4 @@ func (b *Broker) onRelease(bundle broker.Bundle) {
 		}()
 	}
 	wg.Wait()
-}
-
-// closeAll closes every partition (shutdown).
-func (b *Broker) closeAll() {
-	b.mu.Lock()
-	var all []*loaded
-	for _, l := range b.parts {
-		all = append(all, l)
-	}
-	b.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, l := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.drop(l)
-		}()
-	}
-	wg.Wait()
-}
-
-// dropTopic closes every loaded partition of a topic (it was deleted).
-func (b *Broker) dropTopic(topicName string, partitions int32) {
-	for i := range partitions {
-		name := broker.PartitionName(b.cfg.Namespace, topicName, i)
-		b.mu.Lock()
-		l := b.parts[name]
-		b.mu.Unlock()
-		if l != nil {
-			b.drop(l)
-		}
-	}
 }

@@ -188,6 +188,16 @@ func (b *Broker) ID() int32 { return b.cluster.Self().ID }
 // nothing any more and must be restarted to rejoin.
 func (b *Broker) Lost() <-chan struct{} { return b.cluster.Done() }
 
+// Healthy reports whether the broker still holds its metadata session.
+func (b *Broker) Healthy(context.Context) error {
+	select {
+	case <-b.Lost():
+		return errors.New("metadata session lost")
+	default:
+		return nil
+	}
+}
+
 // Close stops serving: the Kafka listener closes, the partitions close
 // (their current ledgers are closed cleanly), the bundles are released so
 // another broker takes them at once, and the session ends.
