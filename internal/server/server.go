@@ -47,8 +47,11 @@ type Config struct {
 	// broker's bundles stay unowned before another broker takes them.
 	SessionTTL time.Duration
 	ClusterID  string
-	Registerer prometheus.Registerer
-	Logger     *slog.Logger
+	// MaintainInterval is how often loaded partitions re-read where their
+	// log starts (after retention deleted ledgers); default 10s.
+	MaintainInterval time.Duration
+	Registerer       prometheus.Registerer
+	Logger           *slog.Logger
 }
 
 // DefaultConfig returns the defaults for the fields that have them.
@@ -97,6 +100,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	if cfg.ClusterID == "" {
 		cfg.ClusterID = def.ClusterID
+	}
+	if cfg.MaintainInterval <= 0 {
+		cfg.MaintainInterval = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -227,7 +233,7 @@ func (b *Broker) Close() error {
 // maintain refreshes the loaded partitions' log start (retention) now and
 // then, and drops partitions that failed.
 func (b *Broker) maintain() {
-	t := time.NewTicker(10 * time.Second)
+	t := time.NewTicker(b.cfg.MaintainInterval)
 	defer t.Stop()
 	for {
 		select {

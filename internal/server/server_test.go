@@ -312,3 +312,58 @@ func TestDeleteRecreateAndConfigs(t *testing.T) {
 		t.Fatalf("end offset %d, want 1", o.Offset)
 	}
 }
+
+// retention.ms on a Kafka topic deletes whole closed ledgers; the log start
+// offset moves up and a fetch below it gets OFFSET_OUT_OF_RANGE.
+func TestRetentionMovesTheLogStart(t *testing.T) {
+	c := newTestCluster(t)
+	b, _ := c.startBroker(func(cfg *Config) { cfg.MaintainInterval = 50 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := newClient(t, b.cfg.KafkaAdvertised, kgo.DefaultProduceTopic("short"))
+	adm := kadm.NewClient(cl)
+	// Ledgers roll over after 200 ms and are deleted 200 ms after closing.
+	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{
+		"segment.ms": kadm.StringPtr("200"), "retention.ms": kadm.StringPtr("200"),
+	}, "short"); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var start int64
+	for produced := 0; start == 0; produced++ {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "r%d", produced)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		starts, err := adm.ListStartOffsets(ctx, "short")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := starts.Lookup("short", 0)
+		start = o.Offset
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("the log start never moved (produced %d records)", produced)
+		}
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis, req.MaxBytes = 10, 1<<20
+	md, err := adm.Metadata(ctx, "short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic, ft.TopicID = "short", md.Topics["short"].ID
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes = 0, 0, 1<<20
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.OffsetOutOfRange.Code {
+		t.Fatalf("fetch at 0 with the log starting at %d: error %d, want OFFSET_OUT_OF_RANGE", start, code)
+	}
+}
