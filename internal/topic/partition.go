@@ -506,6 +506,13 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 				full = true
 				break
 			}
+			if total == 0 && b.BaseOffset > offset {
+				// The entry that held offset is gone: retention deleted its
+				// ledger after we last looked at where the log starts.
+				// Never skip records silently; the client resets.
+				go p.RefreshStart(context.Background())
+				return res, kerr.OffsetOutOfRange
+			}
 			if total > 0 && total+int32(len(e.Payload)) > maxBytes {
 				full = true
 				break

@@ -497,3 +497,32 @@ func TestBatchLargerThanAnEntryIsRefused(t *testing.T) {
 	}
 	appendOK(t, p, mkBatch(-1, -1, -1, 1, 1))
 }
+
+// A fetch of an offset whose ledger retention deleted (before the log start
+// was refreshed) is OFFSET_OUT_OF_RANGE, never a silent skip to later
+// records.
+func TestFetchOfATrimmedOffsetIsOutOfRange(t *testing.T) {
+	l := newMemLog()
+	p := openTest(t, l, nil, func(c *Config) { c.MaxIndexed = 2 })
+	for i := range 6 {
+		appendOK(t, p, mkBatch(-1, -1, -1, 2, int64(i)))
+		l.roll()
+	}
+	// A sequential reader leaves a hint: offset 2 is at the entry after 0's.
+	if _, err := p.Read(context.Background(), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	l.trim(3) // offsets 0..5 gone; the partition still thinks the log starts at 0
+	if _, err := p.Read(context.Background(), 2, 1<<20); !errors.Is(err, kerr.OffsetOutOfRange) {
+		t.Fatalf("fetch of a trimmed offset: %v", err)
+	}
+	if err := p.RefreshStart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.LogStartOffset(); s != 6 {
+		t.Fatalf("log start %d after the refresh, want 6", s)
+	}
+	if got := readAll(t, p, 6, 1<<20); len(got) != 3 || got[0] != 6 {
+		t.Fatalf("read from the new start: %v", got)
+	}
+}
