@@ -77,7 +77,7 @@ func TestBundleForStable(t *testing.T) {
 		hash uint32
 	}{
 		{"", 0},
-		{"123456789", 0xe3069283}, // the CRC-32C check value
+		{"123456789", fmix32(0xe3069283)}, // the CRC-32C check value, mixed
 	}
 	for _, tt := range tests {
 		if got := HashTopicName(tt.name); got != tt.hash {
@@ -98,6 +98,34 @@ func TestBundleForStable(t *testing.T) {
 	}
 	if len(seen) != 4 {
 		t.Fatalf("64 partitions landed in %d of 4 bundles", len(seen))
+	}
+	// The 8 partitions of 100 topics spread evenly (a plain CRC put 8
+	// partitions of one topic in 2 of 4 bundles).
+	count := map[Bundle]int{}
+	for i := range 100 {
+		for p := range int32(8) {
+			count[BundleFor("public/default", bounds, PartitionName("public/default", fmt.Sprintf("topic-%d", i), p))]++
+		}
+	}
+	for b, n := range count {
+		if n < 150 || n > 250 {
+			t.Errorf("bundle %s holds %d of 800 partitions, want 200 ± 50", b, n)
+		}
+	}
+	clustered := 0
+	for i := range 100 {
+		in := map[Bundle]bool{}
+		for p := range int32(8) {
+			in[BundleFor("public/default", bounds, PartitionName("public/default", fmt.Sprintf("t%d", i), p))] = true
+		}
+		if len(in) <= 2 {
+			clustered++
+		}
+	}
+	// Independent uniform hashes put a topic's 8 partitions in ≤ 2 of 4
+	// bundles about 2% of the time.
+	if clustered > 10 {
+		t.Errorf("%d of 100 topics have their 8 partitions in at most 2 of 4 bundles", clustered)
 	}
 }
 
