@@ -32,6 +32,7 @@ type brokerFlags struct {
 	defaultPartitions int32
 	maxMessageBytes   int32
 	sessionTTL        time.Duration
+	handoffAfter      time.Duration
 }
 
 func (b *brokerFlags) register(cmd *cobra.Command) {
@@ -46,6 +47,7 @@ func (b *brokerFlags) register(cmd *cobra.Command) {
 	f.Int32Var(&b.defaultPartitions, "num-partitions", d.DefaultPartitions, "partitions of auto-created topics (num.partitions)")
 	f.Int32Var(&b.maxMessageBytes, "message-max-bytes", d.MaxMessageBytes, "largest record batch a produce may carry (message.max.bytes)")
 	f.DurationVar(&b.sessionTTL, "broker-session-ttl", d.SessionTTL, "metadata session TTL: how long a crashed broker's bundles stay unowned")
+	f.DurationVar(&b.handoffAfter, "bundle-handoff-after", d.HandoffAfter, "hand bundles to a joining broker (their rendezvous choice) once it has been live this long; 0 keeps bundles where they are until their owner dies")
 }
 
 // start listens and starts a broker on store.
@@ -60,7 +62,8 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: b.kafkaAdvertised,
 		HTTPAddr: httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
-		Registerer: prometheus.DefaultRegisterer, Logger: log,
+		HandoffAfter: b.handoffAfter,
+		Registerer:   prometheus.DefaultRegisterer, Logger: log,
 	})
 	if err != nil {
 		ln.Close()

@@ -47,6 +47,10 @@ type Config struct {
 	// broker's bundles stay unowned before another broker takes them.
 	SessionTTL time.Duration
 	ClusterID  string
+	// HandoffAfter: once another broker has been live this long, the
+	// bundles whose rendezvous choice it is move to it, so brokers that
+	// join share the load (0: bundles move only when their owner dies).
+	HandoffAfter time.Duration
 	// MaintainInterval is how often loaded partitions re-read where their
 	// log starts (after retention deleted ledgers); default 10s.
 	MaintainInterval time.Duration
@@ -57,7 +61,8 @@ type Config struct {
 // DefaultConfig returns the defaults for the fields that have them.
 func DefaultConfig() Config {
 	return Config{Namespace: "public/default", AutoCreateTopics: true, DefaultPartitions: 1,
-		MaxMessageBytes: defaultMaxMessageBytes, SessionTTL: 6 * time.Second, ClusterID: "quire"}
+		MaxMessageBytes: defaultMaxMessageBytes, SessionTTL: 6 * time.Second, ClusterID: "quire",
+		HandoffAfter: time.Minute}
 }
 
 // Broker is one running broker.
@@ -139,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	b.session = sess
 	cl, err := broker.New(broker.Config{Store: cfg.Store, Session: sess, Logger: cfg.Logger,
 		Self:      broker.BrokerInfo{ID: cfg.ID, KafkaAddr: cfg.KafkaAdvertised, HTTPAddr: cfg.HTTPAddr, Zone: cfg.Zone},
-		OnAcquire: b.onAcquire, OnRelease: b.onRelease})
+		OnAcquire: b.onAcquire, OnRelease: b.onRelease, HandoffAfter: cfg.HandoffAfter})
 	if err != nil {
 		sess.Close()
 		cancel()

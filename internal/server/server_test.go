@@ -367,3 +367,64 @@ func TestRetentionMovesTheLogStart(t *testing.T) {
 		t.Fatalf("fetch at 0 with the log starting at %d: error %d, want OFFSET_OUT_OF_RANGE", start, code)
 	}
 }
+
+// A broker that joins gets its share of the bundles (handoff to the
+// rendezvous choice); records produced before and after the move are all
+// there exactly once.
+func TestJoiningBrokerTakesItsShare(t *testing.T) {
+	c := newTestCluster(t)
+	handoff := func(cfg *Config) { cfg.HandoffAfter = 300 * time.Millisecond }
+	b1, _ := c.startBroker(func(cfg *Config) { handoff(cfg); cfg.ID = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := newClient(t, b1.cfg.KafkaAdvertised, kgo.DefaultProduceTopic("share"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 8, 1, nil, "share"); err != nil {
+		t.Fatal(err)
+	}
+	produce := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "r%d", i)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(0, 100)
+	c.startBroker(func(cfg *Config) { handoff(cfg); cfg.ID = 2 })
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		md, err := adm.Metadata(ctx, "share")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaders := map[int32]bool{}
+		for _, p := range md.Topics["share"].Partitions {
+			leaders[p.Leader] = true
+		}
+		if leaders[1] && leaders[2] {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("broker 2 never got a bundle: leaders %v", leaders)
+		}
+	}
+	produce(100, 100)
+	cons := newClient(t, b1.cfg.KafkaAdvertised, kgo.ConsumeTopics("share"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[string]int{}
+	for n := 0; n < 200; {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume after %d: %v", n, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++; n++ })
+	}
+	for i := range 200 {
+		if v := fmt.Sprintf("r%d", i); seen[v] != 1 {
+			t.Fatalf("%s seen %d times", v, seen[v])
+		}
+	}
+}
