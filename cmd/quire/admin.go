@@ -45,13 +45,17 @@ func newAdminCommand() *cobra.Command {
 		Long: `Inspect a running cluster through its metadata store.
 
   quire admin bookies       registered bookies: address, zone, writable or read-only
-  quire admin autorecovery  the auditor, under-replicated ledgers and the workers' progress`,
+  quire admin autorecovery  the auditor, under-replicated ledgers and the workers' progress
+  quire admin tenants       tenants (create, delete)
+  quire admin namespaces    a tenant's namespaces, their policies and bundle owners
+  quire admin topics        a namespace's Kafka topics`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().StringSliceVar(&o.metaEndpoints, "meta-endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints (host:port or URL), comma-separated")
 	cmd.PersistentFlags().DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after this long")
-	cmd.AddCommand(newAdminBookiesCommand(&o), newAdminAutorecoveryCommand(&o))
+	cmd.AddCommand(newAdminBookiesCommand(&o), newAdminAutorecoveryCommand(&o),
+		newAdminTenantsCommand(&o), newAdminNamespacesCommand(&o), newAdminTopicsCommand(&o))
 	return cmd
 }
 
