@@ -232,3 +232,58 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 		<-tick.C
 	}
 }
+
+// produceAndCommit writes n records (values "r0".."r<n-1>") to a new
+// one-partition topic and commits offset commit for group.
+func produceAndCommit(t *testing.T, ctx context.Context, addr, topic string, n int, group string, commit int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		cl.Produce(ctx, &kgo.Record{Value: []byte("r" + strconv.Itoa(i))}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: commit, LeaderEpoch: -1})
+	if resp, err := adm.CommitOffsets(ctx, group, offs); err != nil || resp.Error() != nil {
+		t.Fatalf("commit: %v %v", err, resp.Error())
+	}
+}
+
+// checkKept reads the topic back in full and the group's committed offset.
+func checkKept(t *testing.T, ctx context.Context, addr, topic string, n int, group string, commit int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := 0; i < n; {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume after %d records: %v", i, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if want := "r" + strconv.Itoa(i); string(r.Value) != want || r.Offset != int64(i) {
+				t.Fatalf("record %d: %q at offset %d, want %q", i, r.Value, r.Offset, want)
+			}
+			i++
+		})
+	}
+	got, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := got.Lookup(topic, 0); !ok || o.At != commit {
+		t.Fatalf("committed offset %+v, want %d", o, commit)
+	}
+}

@@ -99,9 +99,9 @@ func TestStandaloneHealthAndRestart(t *testing.T) {
 		t.Skip("runs quire processes")
 	}
 	dir := t.TempDir()
-	httpAddr, clientAddr, peerAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	httpAddr, clientAddr, peerAddr, kafkaAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	bookies := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	args := []string{"standalone", "--data-dir", dir, "--http-addr", httpAddr,
+	args := []string{"standalone", "--data-dir", dir, "--http-addr", httpAddr, "--kafka-addr", kafkaAddr,
 		"--meta-client-addr", clientAddr, "--meta-peer-addr", peerAddr, "--bookie-addrs", strings.Join(bookies, ",")}
 
 	p := startQuire(t, args...)
@@ -148,6 +148,8 @@ func TestStandaloneHealthAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeLedgers()
+	// So must Kafka records and a group's committed offset.
+	produceAndCommit(t, ctx, kafkaAddr, "kept", 1000, "g", 600)
 
 	// Graceful shutdown on SIGTERM.
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -199,6 +201,7 @@ func TestStandaloneHealthAndRestart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "meta")); err != nil {
 		t.Fatal(err)
 	}
+	checkKept(t, ctx, kafkaAddr, "kept", 1000, "g", 600)
 }
 
 func get(t *testing.T, url string) string {
