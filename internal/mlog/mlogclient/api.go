@@ -210,28 +210,39 @@ func (c *Cursor) Unacked(ctx context.Context, from mlog.Position, maxEntries int
 // entryCache keeps the most recent entries for tailing readers: a map plus
 // a ring of positions in insertion order, evicting the oldest. Owned by the
 // loop goroutine.
+// entryCache keeps the most recent entries, first in first out, bounded
+// both by count and by bytes: a Kafka batch can be a megabyte, so a count
+// alone would let 10,000 of them take 10 GB.
 type entryCache struct {
-	entries map[mlog.Position][]byte
-	ring    []mlog.Position
-	next    int
+	entries  map[mlog.Position][]byte
+	order    []mlog.Position // oldest first, from head
+	head     int
+	bytes    int64
+	maxCount int
+	maxBytes int64
 }
 
-func newEntryCache(size int) entryCache {
-	return entryCache{entries: make(map[mlog.Position][]byte, size), ring: make([]mlog.Position, 0, size)}
+func newEntryCache(maxCount int, maxBytes int64) entryCache {
+	return entryCache{entries: make(map[mlog.Position][]byte), maxCount: maxCount, maxBytes: maxBytes}
 }
 
 func (c *entryCache) put(p mlog.Position, payload []byte) {
-	if _, ok := c.entries[p]; ok {
+	if _, ok := c.entries[p]; ok || int64(len(payload)) > c.maxBytes {
 		return
 	}
-	if len(c.ring) < cap(c.ring) {
-		c.ring = append(c.ring, p)
-	} else {
-		delete(c.entries, c.ring[c.next])
-		c.ring[c.next] = p
-		c.next = (c.next + 1) % len(c.ring)
-	}
 	c.entries[p] = payload
+	c.order = append(c.order, p)
+	c.bytes += int64(len(payload))
+	for len(c.entries) > c.maxCount || c.bytes > c.maxBytes {
+		old := c.order[c.head]
+		c.head++
+		c.bytes -= int64(len(c.entries[old]))
+		delete(c.entries, old)
+	}
+	if c.head > len(c.order)/2 && c.head > 1024 {
+		c.order = append([]mlog.Position(nil), c.order[c.head:]...)
+		c.head = 0
+	}
 }
 
 func (c *entryCache) get(p mlog.Position) ([]byte, bool) {

@@ -32,8 +32,10 @@ type Config struct {
 	Ensemble, WriteQuorum, AckQuorum int
 	// Tick is how often the core gets Tick (default 100ms).
 	Tick time.Duration
-	// CacheEntries bounds the cache of recent entries (default 10,000).
+	// CacheEntries and CacheBytes bound the cache of recent entries
+	// (default 10,000 entries and 32 MiB, whichever is reached first).
 	CacheEntries int
+	CacheBytes   int64
 	// OpTimeout bounds each ledger or metadata operation (default 30s).
 	OpTimeout time.Duration
 	Logger    *slog.Logger
@@ -82,6 +84,9 @@ func Open(ctx context.Context, name string, cfg Config) (*Topic, error) {
 	if cfg.CacheEntries <= 0 {
 		cfg.CacheEntries = 10_000
 	}
+	if cfg.CacheBytes <= 0 {
+		cfg.CacheBytes = 32 << 20
+	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 30 * time.Second
 	}
@@ -95,7 +100,7 @@ func Open(ctx context.Context, name string, cfg Config) (*Topic, error) {
 		inbox: make(chan func(), 1024), ctx: loopCtx, cancel: cancel, done: make(chan struct{}),
 		core: mlog.NewTopic(cfg.Topic), writers: map[int64]*ledgerclient.Writer{},
 		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]chan mlog.AppendAck{},
-		cache: newEntryCache(cfg.CacheEntries),
+		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes),
 	}
 	opened := make(chan error, 1)
 	t.opened = opened // the loop owns the field from here; Open keeps its own copy

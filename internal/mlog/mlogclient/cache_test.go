@@ -1,0 +1,42 @@
+package mlogclient
+
+import (
+	"testing"
+
+	"quire/internal/mlog"
+)
+
+func TestEntryCacheIsBoundedByCountAndBytes(t *testing.T) {
+	c := newEntryCache(100, 1000)
+	pos := func(i int) mlog.Position { return mlog.Position{LedgerID: 1, EntryID: int64(i)} }
+	// 10 entries of 300 bytes: the byte bound keeps the newest 3.
+	for i := range 10 {
+		c.put(pos(i), make([]byte, 300))
+	}
+	if len(c.entries) != 3 || c.bytes != 900 {
+		t.Fatalf("%d entries, %d bytes, want 3 and 900", len(c.entries), c.bytes)
+	}
+	for i := range 10 {
+		if _, ok := c.get(pos(i)); ok != (i >= 7) {
+			t.Fatalf("entry %d cached: %v", i, ok)
+		}
+	}
+	// Small entries: the count bound keeps the newest 100.
+	for i := 10; i < 10_000; i++ {
+		c.put(pos(i), make([]byte, 1))
+	}
+	if len(c.entries) != 100 || c.bytes != 100 {
+		t.Fatalf("%d entries, %d bytes, want 100 and 100", len(c.entries), c.bytes)
+	}
+	if _, ok := c.get(pos(9_900)); !ok {
+		t.Fatal("newest entries evicted")
+	}
+	// An entry larger than the whole cache is not kept (and evicts nothing).
+	c.put(pos(20_000), make([]byte, 2000))
+	if _, ok := c.get(pos(20_000)); ok || len(c.entries) != 100 {
+		t.Fatal("an oversized entry was cached")
+	}
+	if len(c.order)-c.head != 100 {
+		t.Fatalf("order holds %d live positions", len(c.order)-c.head)
+	}
+}
