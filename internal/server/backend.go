@@ -89,10 +89,16 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 		}
 	}
 	out := make([]kafka.TopicInfo, 0, len(recs))
+	// One answer per bundle, and one bounded wait for the whole request:
+	// right after a broker died, every partition of its bundles is unowned
+	// until its session expires, and clients must not wait for each.
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	leaders := map[broker.Bundle]int32{}
 	for _, rec := range recs {
 		ti := kafka.TopicInfo{Name: rec.Name, ID: rec.ID}
 		for i := range rec.Partitions {
-			leader := b.leaderOf(ctx, broker.PartitionName(b.cfg.Namespace, rec.Name, i))
+			leader := b.leaderOf(lctx, broker.PartitionName(b.cfg.Namespace, rec.Name, i), leaders)
 			pi := kafka.PartitionInfo{Partition: i, Leader: leader, LeaderEpoch: -1}
 			if leader >= 0 {
 				pi.Replicas, pi.ISR = []int32{leader}, []int32{leader}
@@ -105,18 +111,26 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 }
 
 // leaderOf names the owner of a partition's bundle, assigning one if the
-// bundle is unowned (bounded: -1 and the client retries).
-func (b *Broker) leaderOf(ctx context.Context, name string) int32 {
-	if o, ok := b.cluster.OwnerOf(name); ok {
-		return o.Owner.ID
-	}
-	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	o, err := b.cluster.Lookup(lctx, name)
+// bundle is unowned (bounded by ctx: -1 and the client retries). known
+// memoizes the answers of one request by bundle.
+func (b *Broker) leaderOf(ctx context.Context, name string, known map[broker.Bundle]int32) int32 {
+	bundle, err := b.cluster.BundleOf(name)
 	if err != nil {
 		return -1
 	}
-	return o.ID
+	if id, ok := known[bundle]; ok {
+		return id
+	}
+	id := int32(-1)
+	if o, ok := b.cluster.BundleOwner(bundle); ok {
+		id = o.Owner.ID
+	} else if ctx.Err() == nil {
+		if o, err := b.cluster.Lookup(ctx, name); err == nil {
+			id = o.ID
+		}
+	}
+	known[bundle] = id
+	return id
 }
 
 func topicErr(err error) error {
