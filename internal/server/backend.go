@@ -21,6 +21,12 @@ import (
 
 var _ kafka.Backend = (*Broker)(nil)
 
+// MaxPartitionsPerTopic bounds CreateTopics and CreatePartitions: each
+// partition is a managed ledger that its owner loads, so a topic of a
+// million partitions would take a broker down. (Pulsar's
+// maxNumPartitionsPerPartitionedTopic; Kafka has no per-topic bound.)
+const MaxPartitionsPerTopic = 10_000
+
 func toKafka(bi broker.BrokerInfo) kafka.Broker {
 	host, port, _ := splitHostPort(bi.KafkaAddr)
 	kb := kafka.Broker{ID: bi.ID, Host: host, Port: port}
@@ -171,7 +177,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, numPartitions int
 	if numPartitions == -1 {
 		numPartitions = b.cfg.DefaultPartitions
 	}
-	if numPartitions < 1 || numPartitions > broker.MaxPartitions {
+	if numPartitions < 1 || numPartitions > MaxPartitionsPerTopic {
 		return kerr.InvalidPartitions
 	}
 	if err := broker.ValidateTopicName(name); err != nil {
@@ -265,7 +271,7 @@ func (b *Broker) CreatePartitions(ctx context.Context, name string, count int32,
 	if err != nil {
 		return topicErr(err)
 	}
-	if count <= rec.Partitions || count > broker.MaxPartitions {
+	if count <= rec.Partitions || count > MaxPartitionsPerTopic {
 		return kerr.InvalidPartitions
 	}
 	if validateOnly {

@@ -94,6 +94,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.DefaultPartitions <= 0 {
 		cfg.DefaultPartitions = def.DefaultPartitions
 	}
+	if cfg.DefaultPartitions > MaxPartitionsPerTopic {
+		return nil, fmt.Errorf("server: default partitions %d above the limit of %d", cfg.DefaultPartitions, MaxPartitionsPerTopic)
+	}
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = def.MaxMessageBytes
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -259,6 +260,10 @@ func TestDeleteRecreateAndConfigs(t *testing.T) {
 	adm := kadm.NewClient(cl)
 	if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"retention.ms": kadm.StringPtr("3600000")}, "again"); err != nil {
 		t.Fatal(err)
+	}
+	// Every partition is a managed ledger: a topic's partitions are bounded.
+	if resp, _ := adm.CreateTopic(ctx, MaxPartitionsPerTopic+1, 1, nil, "huge"); !errors.Is(resp.Err, kerr.InvalidPartitions) {
+		t.Fatalf("a topic of %d partitions: %v", MaxPartitionsPerTopic+1, resp.Err)
 	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, "again")
 	if err != nil {

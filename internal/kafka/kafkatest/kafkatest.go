@@ -163,6 +163,11 @@ var knownConfigs = map[string]string{
 	"segment.bytes":     "1073741824",
 }
 
+// MaxPartitions bounds a topic's partitions, as every backend must: the
+// fuzzer found that a CreateTopics asking for 2^31 partitions exhausted
+// memory.
+const MaxPartitions = 10_000
+
 func (b *Backend) CreateTopic(_ context.Context, name string, numPartitions int32, configs map[string]*string, validateOnly bool) error {
 	if err := validTopicName(name); err != nil {
 		return err
@@ -170,7 +175,7 @@ func (b *Backend) CreateTopic(_ context.Context, name string, numPartitions int3
 	if numPartitions == -1 {
 		numPartitions = b.defaultPartitions
 	}
-	if numPartitions <= 0 {
+	if numPartitions <= 0 || numPartitions > MaxPartitions {
 		return kerr.InvalidPartitions
 	}
 	set := make(map[string]string)
@@ -212,7 +217,7 @@ func (b *Backend) CreatePartitions(_ context.Context, name string, count int32, 
 	if t == nil {
 		return kerr.UnknownTopicOrPartition
 	}
-	if int(count) <= len(t.partitions) {
+	if int(count) <= len(t.partitions) || count > MaxPartitions {
 		return kerr.InvalidPartitions
 	}
 	if !validateOnly {
