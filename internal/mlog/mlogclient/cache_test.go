@@ -1,6 +1,8 @@
 package mlogclient
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 
 	"quire/internal/mlog"
@@ -39,4 +41,36 @@ func TestEntryCacheIsBoundedByCountAndBytes(t *testing.T) {
 	if len(c.order)-c.head != 100 {
 		t.Fatalf("order holds %d live positions", len(c.order)-c.head)
 	}
+}
+
+// A call that gives up (its context ended) must never run its function
+// later: callers read what the function writes once call returns, and the
+// race detector caught Ledgers doing so while the loop was still writing.
+func TestAbandonedCallNeverRuns(t *testing.T) {
+	tp := &Topic{inbox: make(chan func(), 8), done: make(chan struct{})}
+	tp.ctx, tp.cancel = context.WithCancel(context.Background())
+	defer tp.cancel()
+	release := make(chan struct{})
+	go func() { // the loop, held up by the first function
+		for f := range tp.inbox {
+			f()
+		}
+	}()
+	tp.post(func() { <-release })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var ran atomic.Bool
+	if err := tp.call(ctx, func() { ran.Store(true) }); err == nil {
+		t.Fatal("call with an ended context succeeded while the loop was busy")
+	}
+	close(release)
+	// A later call runs after the abandoned one would have: if that one
+	// had run, ran is set by now.
+	if err := tp.call(context.Background(), func() {}); err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() {
+		t.Fatal("the abandoned function ran")
+	}
+	close(tp.inbox)
 }

@@ -129,20 +129,50 @@ func (t *Topic) post(f func()) bool {
 	}
 }
 
-// call runs f on the loop goroutine and waits for it.
+// call runs f on the loop goroutine and waits for it. When it returns an
+// error (ctx ended, or the loop stopped) f has not run and never will, so
+// callers may read what f writes exactly when call returns nil; if f had
+// already started, call waits for it (f is short: it only steps the core).
 func (t *Topic) call(ctx context.Context, f func()) error {
+	const (
+		pending = iota
+		started
+		abandoned
+	)
+	var mu sync.Mutex
+	state := pending
 	ran := make(chan struct{})
-	if !t.post(func() { f(); close(ran) }) {
+	if !t.post(func() {
+		mu.Lock()
+		if state == abandoned {
+			mu.Unlock()
+			return
+		}
+		state = started
+		mu.Unlock()
+		f()
+		close(ran)
+	}) {
 		return mlog.ErrClosed
 	}
+	var err error
 	select {
 	case <-ran:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	case <-t.done:
-		return mlog.ErrClosed
+		err = mlog.ErrClosed
 	}
+	mu.Lock()
+	if state == started {
+		mu.Unlock()
+		<-ran
+		return nil
+	}
+	state = abandoned
+	mu.Unlock()
+	return err
 }
 
 func (t *Topic) stop() {
