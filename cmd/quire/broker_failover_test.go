@@ -375,6 +375,11 @@ func TestStandaloneKilledKeepsAckedRecords(t *testing.T) {
 	}
 	defer prod.Close()
 	waitFor(t, "the standalone to serve Kafka", 30*time.Second, func() bool {
+		select {
+		case err := <-p.exited:
+			t.Fatalf("standalone exited: %v\n%s", err, p.output)
+		default:
+		}
 		return prod.Ping(ctx) == nil
 	})
 	if _, err := kadm.NewClient(prod).CreateTopic(ctx, 4, 1, nil, "durable"); err != nil {
@@ -418,7 +423,29 @@ func TestStandaloneKilledKeepsAckedRecords(t *testing.T) {
 	n := len(acked)
 	mu.Unlock()
 
-	startQuire(t, args...)
+	p2 := startQuire(t, args...)
+	probe, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		md, err := kadm.NewClient(probe).Metadata(ctx, "durable")
+		if err == nil && md.Topics["durable"].Err == nil && len(md.Topics["durable"].Partitions) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted standalone does not serve the topic after 60s: %v\n%s", err, p2.output)
+		}
+		select {
+		case err := <-p2.exited:
+			t.Fatalf("restarted standalone exited: %v\n%s", err, p2.output)
+		case <-tick.C:
+		}
+	}
 	read := checkReadBack(t, ctx, kafkaAddr, "durable", acked)
 	t.Logf("killed after %d acks; %d records read back after the restart", n, read)
 }
