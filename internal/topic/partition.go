@@ -609,39 +609,20 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 		p.mu.Unlock()
 		return -1, -1, kerr.NotLeaderForPartition
 	}
-	logStart := p.logStart
-	var firstIndexed int64 = -1
-	if len(p.index) > 0 {
-		firstIndexed = p.index[0].base
-	}
-	var pos Pos
-	found := false
-	if firstIndexed >= 0 && firstIndexed <= logStart {
-		// The index covers the whole log.
-		i := sort.Search(len(p.index), func(i int) bool { return p.index[i].maxSoFar >= ts })
-		if i == len(p.index) {
-			p.mu.Unlock()
-			return -1, -1, nil
-		}
-		pos, found = p.index[i].pos, true
-	}
+	// When the index covers the whole log, it alone answers.
+	covers := len(p.index) > 0 && p.index[0].base <= p.logStart
 	p.mu.Unlock()
-	if !found {
+	found := false
+	var pos Pos
+	if !covers {
 		var err error
-		pos, found, err = p.searchTimeLog(ctx, ts)
-		if err != nil {
+		if pos, found, err = p.searchTimeLog(ctx, ts); err != nil {
 			return -1, -1, err
 		}
-		if !found {
-			// Not in the old segments: the answer is in the index.
-			p.mu.Lock()
-			i := sort.Search(len(p.index), func(i int) bool { return p.index[i].maxSoFar >= ts })
-			if i == len(p.index) {
-				p.mu.Unlock()
-				return -1, -1, nil
-			}
-			pos = p.index[i].pos
-			p.mu.Unlock()
+	}
+	if !found {
+		if pos, found = p.indexedAtTime(ts); !found {
+			return -1, -1, nil
 		}
 	}
 	b, raw, err := p.readBatch(ctx, pos)
@@ -650,6 +631,18 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 	}
 	off, t := firstRecordAtOrAfter(b, raw, ts)
 	return off, t, nil
+}
+
+// indexedAtTime is the first indexed batch whose running max timestamp is
+// ≥ ts.
+func (p *Partition) indexedAtTime(ts int64) (Pos, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := sort.Search(len(p.index), func(i int) bool { return p.index[i].maxSoFar >= ts })
+	if i == len(p.index) {
+		return Pos{}, false
+	}
+	return p.index[i].pos, true
 }
 
 // searchTimeLog binary-searches the log for the first batch with max

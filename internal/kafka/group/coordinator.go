@@ -654,38 +654,35 @@ func (c *Coordinator) SyncGroup(ctx context.Context, req *kmsg.SyncGroupRequest)
 
 // Heartbeat implements kafka.GroupCoordinator.
 func (c *Coordinator) Heartbeat(ctx context.Context, req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
-	if req.Group == "" {
+	return onGroup(c, ctx, req.Group, func(code int16) *kmsg.HeartbeatResponse {
 		r := kmsg.NewPtrHeartbeatResponse()
-		r.Version, r.ErrorCode = req.Version, kerr.InvalidGroupID.Code
+		r.Version, r.ErrorCode = req.Version, code
 		return r
-	}
-	e, err := c.acquire(ctx, req.Group, false)
-	if err != nil {
-		r := kmsg.NewPtrHeartbeatResponse()
-		r.Version, r.ErrorCode = req.Version, err.Code
-		return r
-	}
-	resp := e.g.Heartbeat(c.cfg.Clock.Now(), req)
-	c.release(e)
-	return resp
+	}, func(e *entry) *kmsg.HeartbeatResponse { return e.g.Heartbeat(c.cfg.Clock.Now(), req) })
 }
 
 // LeaveGroup implements kafka.GroupCoordinator.
 func (c *Coordinator) LeaveGroup(ctx context.Context, req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse {
-	if req.Group == "" {
+	return onGroup(c, ctx, req.Group, func(code int16) *kmsg.LeaveGroupResponse {
 		r := kmsg.NewPtrLeaveGroupResponse()
-		r.Version, r.ErrorCode = req.Version, kerr.InvalidGroupID.Code
+		r.Version, r.ErrorCode = req.Version, code
 		return r
+	}, func(e *entry) *kmsg.LeaveGroupResponse { return e.g.Leave(c.cfg.Clock.Now(), req) })
+}
+
+// onGroup runs step on the loaded group, or answers errResp with the code
+// that keeps the group from being loaded (an empty id, not coordinated
+// here, the store unavailable).
+func onGroup[R any](c *Coordinator, ctx context.Context, group string, errResp func(code int16) R, step func(e *entry) R) R {
+	if group == "" {
+		return errResp(kerr.InvalidGroupID.Code)
 	}
-	e, err := c.acquire(ctx, req.Group, false)
+	e, err := c.acquire(ctx, group, false)
 	if err != nil {
-		r := kmsg.NewPtrLeaveGroupResponse()
-		r.Version, r.ErrorCode = req.Version, err.Code
-		return r
+		return errResp(err.Code)
 	}
-	resp := e.g.Leave(c.cfg.Clock.Now(), req)
-	c.release(e)
-	return resp
+	defer c.release(e)
+	return step(e)
 }
 
 // OffsetCommit implements kafka.GroupCoordinator: accepted offsets are
