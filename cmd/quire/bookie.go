@@ -29,6 +29,7 @@ type engineFlags struct {
 	journalFileMB              int
 	writeCacheMB               int
 	readCacheMB                int
+	entryLogBufferedIO         bool
 	checkpointInterval         time.Duration
 	gcInterval                 time.Duration
 	gcThreshold                float64
@@ -45,6 +46,7 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&e.journalSyncData, "journal-sync-data", d.JournalSyncData, "fsync the journal before acknowledging adds; false acknowledges after write(2) and LOSES acknowledged entries on power loss")
 	f.IntVar(&e.journalFileMB, "journal-file-mb", int(d.JournalFileBytes>>20), "size of each preallocated, recycled journal file (MiB)")
 	f.IntVar(&e.writeCacheMB, "write-cache-mb", d.WriteCacheBytes>>20, "write cache size (MiB), double-buffered")
+	f.BoolVar(&e.entryLogBufferedIO, "entry-log-buffered-io", d.EntryLogBufferedIO, "write entry logs through the page cache instead of with direct I/O")
 	f.IntVar(&e.readCacheMB, "read-cache-mb", d.ReadCacheBytes>>20, "read cache size (MiB)")
 	f.DurationVar(&e.checkpointInterval, "checkpoint-interval", d.CheckpointInterval, "how often the write cache is flushed to entry logs and old journals recycled")
 	f.DurationVar(&e.gcInterval, "gc-interval", d.GCInterval, "how often entry logs are compacted")
@@ -62,6 +64,7 @@ func (e *engineFlags) config() *bookie.Config {
 	c.JournalFileBytes = int64(e.journalFileMB) << 20
 	c.WriteCacheBytes = e.writeCacheMB << 20
 	c.ReadCacheBytes = e.readCacheMB << 20
+	c.EntryLogBufferedIO = e.entryLogBufferedIO
 	c.CheckpointInterval = e.checkpointInterval
 	c.GCInterval = e.gcInterval
 	c.GCThreshold = e.gcThreshold

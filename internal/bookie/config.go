@@ -28,6 +28,12 @@ type Config struct {
 	ReadCacheBytes   int   // default 32 MiB; negative disables the read cache
 	ReadAheadEntries int   // entries read ahead on a read-cache miss; default 64; negative disables
 	EntryLogMaxBytes int64 // roll to a new entry log file past this size; default 256 MiB
+	// EntryLogBufferedIO writes entry logs through the page cache. By default
+	// they are written with direct I/O where the file system supports it:
+	// they are written once and read back through the bookie's own caches,
+	// so the page-cache copy, the writeback and the dropping of synced pages
+	// were all CPU spent for nothing.
+	EntryLogBufferedIO bool
 
 	CheckpointInterval time.Duration // background checkpoint; default 10s; also when a write-cache half is full
 	GCInterval         time.Duration // background entry-log compaction; default 15 min

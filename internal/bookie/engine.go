@@ -190,7 +190,7 @@ func (e *Engine) recover() error {
 	}
 	e.lastCheckpoint = cp
 
-	e.logs, err = openEntryLogs(e.fs, e.cfg.LedgerDir, e.cfg.EntryLogMaxBytes, e.cfg.hooks.skipEntryLogSync)
+	e.logs, err = openEntryLogs(e.fs, e.cfg.LedgerDir, e.cfg.EntryLogMaxBytes, e.cfg.hooks.skipEntryLogSync, !e.cfg.EntryLogBufferedIO)
 	if err != nil {
 		return ioError("open entry logs", err)
 	}

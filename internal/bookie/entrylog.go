@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"quire/internal/directio"
 )
 
 // Entry log file format (LedgerDir/entrylog-<id as 16 hex digits>.log):
@@ -27,6 +29,12 @@ const (
 	// entryLogWriteChunk is the step in which entry logs are written and
 	// handed to the disk (see entryLogs.pace).
 	entryLogWriteChunk = 256 << 10
+	// entryLogBlockBytes is the unit of every entry-log write: offsets and
+	// lengths are multiples of it, as direct I/O requires.
+	entryLogBlockBytes = directio.BlockBytes
+	// entryLogBufferBytes is the writer's buffer: a chunk plus room for the
+	// record that crosses it.
+	entryLogBufferBytes = entryLogWriteChunk + 64<<10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -85,6 +93,8 @@ type entryLogs struct {
 	dir      string
 	maxBytes int64
 	skipSync bool // test hook: mutant that never syncs entry logs
+	// direct: open new logs for direct I/O where the file system allows it.
+	direct bool
 	// pace, if set, is called before each entryLogWriteChunk of a log is
 	// handed to the disk. The engine makes it wait for the next journal
 	// fsync: on a disk shared with the journal, a checkpoint that wrote a
@@ -106,26 +116,55 @@ type entryLogs struct {
 type entryLogWriter struct {
 	id       uint64
 	file     vfs.File
-	written  int64  // bytes handed to file.Write
+	written  int64  // bytes handed to file.Write; a multiple of entryLogBlockBytes
 	buf      []byte // bytes not yet written
 	skipSync bool
 	pace     func()
+	// direct: the file was opened for direct I/O (O_DIRECT): writes go from
+	// buf to the disk with no page-cache copy, no writeback and no
+	// cached pages to drop afterwards. Writes are then whole aligned blocks,
+	// as they are in either mode, and buf must be block-aligned in memory.
+	direct bool
 }
 
 func (w *entryLogWriter) size() int64 { return w.written + int64(len(w.buf)) }
 
-func (w *entryLogWriter) flushBuf() error {
-	if len(w.buf) == 0 {
+// flushBuf writes the whole blocks of buf, keeping a partial last block for
+// the next call. final also writes that block, padded with zeros, and moves
+// past it: a block that holds synced records is never written again, so a
+// torn write can only hit records that were never synced (and that the
+// index therefore never points to).
+func (w *entryLogWriter) flushBuf(final bool) error {
+	n := len(w.buf)
+	if final {
+		if pad := -n & (entryLogBlockBytes - 1); pad > 0 {
+			w.buf = append(w.buf, make([]byte, pad)...)
+			n += pad
+		}
+	} else {
+		n &^= entryLogBlockBytes - 1
+	}
+	if n == 0 {
 		return nil
 	}
 	if w.pace != nil && !w.skipSync {
 		w.pace()
 	}
-	// vfs.File.Write may modify the slice, and w.buf is rebuilt anyway.
-	n, err := w.file.Write(w.buf)
-	w.written += int64(n)
-	w.buf = w.buf[:0]
-	if err != nil || w.skipSync {
+	out := w.buf[:n]
+	if w.direct && !directio.Aligned(out) {
+		// buf grew past its aligned capacity (a large entry): write from a
+		// fresh aligned copy, which becomes the buffer.
+		nb := directio.Buffer(max(len(w.buf), entryLogBufferBytes))
+		w.buf = nb[:copy(nb, w.buf)]
+		out = w.buf[:n]
+	}
+	// vfs.File.Write may modify its argument; only out is handed over, and
+	// it is written already.
+	written, err := w.file.Write(out)
+	w.written += int64(written)
+	rest := copy(w.buf, w.buf[n:])
+	w.buf = w.buf[:rest]
+	if err != nil || w.skipSync || w.direct {
 		return err
 	}
 	// Start writing it back now (and wait for the previous step's
@@ -135,9 +174,9 @@ func (w *entryLogWriter) flushBuf() error {
 	return err
 }
 
-func openEntryLogs(fs vfs.FS, dir string, maxBytes int64, skipSync bool) (*entryLogs, error) {
+func openEntryLogs(fs vfs.FS, dir string, maxBytes int64, skipSync, direct bool) (*entryLogs, error) {
 	l := &entryLogs{
-		fs: fs, dir: dir, maxBytes: maxBytes, skipSync: skipSync,
+		fs: fs, dir: dir, maxBytes: maxBytes, skipSync: skipSync, direct: direct,
 		readers: make(map[uint64]vfs.File),
 		sizes:   make(map[uint64]int64),
 		nextID:  1,
@@ -176,7 +215,7 @@ func (l *entryLogs) append(k cacheKey, v cachedEntry) (location, error) {
 	loc := location{logID: w.id, offset: w.size(), size: uint32(recordSize)}
 	w.buf = appendEntryRecord(w.buf, k, v)
 	if len(w.buf) >= entryLogWriteChunk {
-		if err := w.flushBuf(); err != nil {
+		if err := w.flushBuf(false); err != nil {
 			return location{}, err
 		}
 	}
@@ -205,6 +244,10 @@ func (l *entryLogs) roll() error {
 	l.nextID++
 	l.dirDirty = true
 	w := &entryLogWriter{id: id, file: f, skipSync: l.skipSync, pace: l.pace}
+	w.direct = l.direct && setDirectIO(f)
+	if w.direct {
+		w.buf = directio.Buffer(entryLogBufferBytes)[:0]
+	}
 	w.buf = append(w.buf, entryLogMagic...)
 	w.buf = binary.BigEndian.AppendUint64(w.buf, id)
 	l.w = w
@@ -215,7 +258,7 @@ func (l *entryLogs) roll() error {
 }
 
 func (l *entryLogs) syncWriter() error {
-	if err := l.w.flushBuf(); err != nil {
+	if err := l.w.flushBuf(true); err != nil {
 		return err
 	}
 	if l.skipSync {
@@ -223,6 +266,9 @@ func (l *entryLogs) syncWriter() error {
 	}
 	if err := l.w.file.SyncData(); err != nil {
 		return err
+	}
+	if l.w.direct {
+		return nil // nothing was cached
 	}
 	// Entry logs are written once and read back rarely (reads are served
 	// from the write and read caches first). Dropping their synced pages
@@ -347,7 +393,7 @@ func (l *entryLogs) totalBytes() (bytes int64, files int) {
 func (l *entryLogs) close() error {
 	var firstErr error
 	if l.w != nil {
-		if err := l.w.flushBuf(); err != nil && firstErr == nil {
+		if err := l.w.flushBuf(true); err != nil && firstErr == nil {
 			firstErr = err
 		}
 		if err := l.w.file.Close(); err != nil && firstErr == nil {

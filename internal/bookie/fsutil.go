@@ -2,7 +2,16 @@ package bookie
 
 import (
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"quire/internal/directio"
 )
+
+// setDirectIO switches f to direct I/O, reporting whether it did. Files
+// without a descriptor (in-memory file systems) keep their own I/O.
+func setDirectIO(f vfs.File) bool {
+	fd := f.Fd()
+	return fd != vfs.InvalidFd && directio.Enable(fd)
+}
 
 // syncDir makes the directory's entries (created, renamed, removed files)
 // durable.
