@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"quire/internal/directio"
 )
 
 // Sizes of the group-commit loop's file and batches.
@@ -21,11 +23,11 @@ const (
 
 // Shape of the second copy written by the double-write phase: what a
 // bookie's checkpoint does with the same bytes (entry-log files that grow to
-// 256 MiB, written in 1 MiB steps and fdatasync'd once per 32 MiB, the half
-// of the default write cache).
+// 256 MiB, written with direct I/O in 256 KiB steps and fdatasync'd once per
+// 32 MiB, the half of the default write cache).
 const (
 	secondCopyFileBytes = 256 << 20
-	secondCopyWrite     = 1 << 20
+	secondCopyWrite     = 256 << 10
 	secondCopySync      = 32 << 20
 )
 
@@ -176,15 +178,19 @@ func benchGroupCommit(ctx context.Context, cfg BookieBenchConfig, secondCopy boo
 }
 
 // writeSecondCopy appends every buffer it receives to entry-log-like files in
-// dir and removes them at the end. Synced pages are dropped from the page
-// cache, as the bookie does with its entry logs.
+// dir and removes them at the end. As a bookie's entry logs, they are
+// written with direct I/O where the file system allows it, else through the
+// page cache with synced pages dropped.
 func writeSecondCopy(dir string, copies <-chan []byte) (err error) {
 	var (
 		f              *os.File
+		direct         bool
 		paths          []string
-		pending        []byte
 		size, unsynced int64
 	)
+	// pending is aligned in memory for direct I/O; only whole 4 KiB blocks
+	// are written until the final flush of a file.
+	pending := directio.Buffer(secondCopyWrite + groupCommitMaxBatch + directio.BlockBytes)[:0]
 	defer func() {
 		for range copies { // unblock the loop after a failure
 		}
@@ -195,21 +201,31 @@ func writeSecondCopy(dir string, copies <-chan []byte) (err error) {
 			os.Remove(p)
 		}
 	}()
-	flush := func(sync bool) error {
-		if len(pending) > 0 {
-			if _, err := f.Write(pending); err != nil {
+	flush := func(final bool) error {
+		n := len(pending)
+		if final {
+			n = (n + directio.BlockBytes - 1) &^ (directio.BlockBytes - 1)
+			pending = pending[:n] // pending's capacity is a multiple of directio.BlockBytes
+		} else {
+			n &^= directio.BlockBytes - 1
+		}
+		if n > 0 {
+			if _, err := f.Write(pending[:n]); err != nil {
 				return err
 			}
-			size += int64(len(pending))
-			unsynced += int64(len(pending))
-			pending = pending[:0]
+			size += int64(n)
+			unsynced += int64(n)
+			pending = pending[:copy(pending, pending[n:])]
 		}
-		if !sync || unsynced == 0 {
+		if !final && unsynced < secondCopySync || unsynced == 0 {
 			return nil
 		}
 		unsynced = 0
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
 			return err
+		}
+		if direct {
+			return nil
 		}
 		return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	}
@@ -226,11 +242,15 @@ func writeSecondCopy(dir string, copies <-chan []byte) (err error) {
 				return err
 			}
 			paths, size = append(paths, path), 0
+			direct = directio.Enable(f.Fd())
 		}
-		pending = append(pending, b...)
-		if len(pending) >= secondCopyWrite {
-			if err := flush(unsynced+int64(len(pending)) >= secondCopySync); err != nil {
-				return err
+		for len(b) > 0 {
+			room := min(len(b), secondCopyWrite-len(pending)%secondCopyWrite)
+			pending, b = append(pending, b[:room]...), b[room:]
+			if len(pending) >= secondCopyWrite {
+				if err := flush(false); err != nil {
+					return err
+				}
 			}
 		}
 	}
