@@ -519,6 +519,14 @@ func (t *Topic) onCursorLoaded(name string, res MetaResult) {
 		return
 	default:
 		if ptr, ok := DecodeCursorPointer(res.Value); ok {
+			if ptr.Epoch > int64(t.epoch) {
+				// An owner that loaded a newer topic record wrote it: our
+				// record CAS cannot succeed, and claiming the cursor would
+				// fence that owner's cursor ledger.
+				t.fail(fmt.Errorf("open topic %s: cursor %s claimed by a newer owner (epoch %d, ours %d): %w",
+					t.cfg.Name, name, ptr.Epoch, t.epoch, ErrFenced))
+				return
+			}
 			// The snapshot is the last entry of the cursor ledger named.
 			if prev := t.loading[name]; prev != nil {
 				cs = prev

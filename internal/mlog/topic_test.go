@@ -560,6 +560,43 @@ func TestTopicCursorWriteRaceAfterTakeover(t *testing.T) {
 	}
 }
 
+// A takeover that stalled after reading the topic record (a GC pause) and
+// resumes after a newer owner took the topic over must not claim the
+// cursor: claiming would recover, and so fence, the newer owner's cursor
+// ledger. Found by the topic simulator (seed 3528), where a later zombie
+// that had loaded the same record version as the stale opener then took the
+// claim for its own write.
+func TestTopicStaleOpenerLeavesNewerCursorAlone(t *testing.T) {
+	e, a, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Second})
+	a.tick()
+	stale := e.newOwner(TopicConfig{Owner: "stale", Rollover: noRoll, CursorPersistInterval: time.Second})
+	stale.tp.Open(e.now)
+	stale.apply(stale.tp.Ready()) // reads the topic record, then stalls
+	a.append(3, 10)               // a rollover: the record moves on
+	b := e.newOwner(TopicConfig{Owner: "b", Rollover: noRoll, CursorPersistInterval: time.Second})
+	b.open()
+	b.tick()
+	key := CursorKey("t", "sub")
+	before, _ := DecodeCursorPointer(e.store[key].value)
+
+	stale.drive() // resumes
+	if !errors.Is(stale.tp.Err(), ErrFenced) {
+		t.Fatalf("stale opener: phase %s, err %v", stale.tp.Phase(), stale.tp.Err())
+	}
+	if after, _ := DecodeCursorPointer(e.store[key].value); after != before {
+		t.Fatalf("stale opener rewrote the cursor pointer: %+v -> %+v", before, after)
+	}
+	e.advance(time.Second)
+	if err := b.tp.AckCumulative("sub", Position{ls[0].ID, 0}, e.now); err != nil {
+		t.Fatal(err)
+	}
+	b.tick()
+	b.tick()
+	if b.tp.Err() != nil || b.tp.Phase() != "open" {
+		t.Fatalf("new owner after the stale opener resumed: phase %s, err %v", b.tp.Phase(), b.tp.Err())
+	}
+}
+
 // Appends that arrive during a rollover queue (bounded) and go to the new
 // ledger once it is on the list.
 func TestTopicAppendsDuringRollover(t *testing.T) {
