@@ -26,20 +26,8 @@ if [[ -f $libs/.complete ]]; then
 	exit 0
 fi
 command -v java >/dev/null || { echo "install.sh: java (17+) is required" >&2; exit 1; }
-command -v mvn >/dev/null || { echo "install.sh: mvn is required (apt-get install maven)" >&2; exit 1; }
 
-mkdir -p "$home"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cat >"$work/pom.xml" <<POM
-<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>quire.bench</groupId>
-  <artifactId>kafka-libs</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
+"$(dirname "$0")/../maven-libs.sh" "$libs" kafka-libs <<DEPS
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$version</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-server</artifactId><version>$version</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-storage</artifactId><version>$version</version></dependency>
@@ -50,14 +38,5 @@ cat >"$work/pom.xml" <<POM
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-api</artifactId><version>$log4j_version</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$log4j_version</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>$log4j_version</version></dependency>
-  </dependencies>
-</project>
-POM
-rm -rf "$libs.tmp"
-# -B: no progress bars; the timeout bounds a stuck download.
-timeout 900 mvn -B -q -f "$work/pom.xml" dependency:copy-dependencies \
-	-DincludeScope=runtime -DoutputDirectory="$libs.tmp" >&2
-rm -rf "$libs"
-mv "$libs.tmp" "$libs"
-touch "$libs/.complete"
+DEPS
 echo "$home"
