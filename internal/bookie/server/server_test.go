@@ -318,12 +318,17 @@ func TestBadFrameClosesOnlyThatConnection(t *testing.T) {
 			good := dialRaw(t, addr)
 			bad := dialRaw(t, addr)
 
+			// Entry 0 first, so the read at the end has something to find even if
+			// the bad connection is closed before the loop below sends an add.
+			if resp := good.call(addReq(0, 1, 0, -1, "ok")); resp.GetStatus() != wire.Status_OK {
+				t.Fatalf("first add: %v", resp)
+			}
 			// The good connection pipelines adds the whole time the bad one misbehaves.
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			var goodErr error
 			wg.Go(func() {
-				for i := int64(0); ; i++ {
+				for i := int64(1); ; i++ {
 					select {
 					case <-stop:
 						return
