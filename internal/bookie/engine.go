@@ -545,13 +545,14 @@ func (e *Engine) Info() (free, total uint64, readOnly bool) {
 func (e *Engine) Stats() Stats {
 	c := &e.counters
 	s := Stats{
-		Adds: c.adds.Load(), AddsFailed: c.addsFailed.Load(),
+		Adds: c.adds.Load(), AddsFailed: c.addsFailed.Load(), AddTime: time.Duration(c.addNanos.Load()),
 		Reads: c.reads.Load(), ReadsFailed: c.readsFailed.Load(),
 		WriteCacheHits: c.writeCacheHits.Load(), WriteCacheWaits: c.writeCacheWaits.Load(),
 		ReadCacheHits: c.readCacheHits.Load(), ReadCacheMisses: c.readCacheMisses.Load(),
 		JournalQueueDepth: c.journalQueueDepth.Load(),
 		JournalBatches:    c.journalBatches.Load(), JournalSyncs: c.journalSyncs.Load(),
 		JournalSyncTime: time.Duration(c.journalSyncNanos.Load()),
+		JournalIdleTime: time.Duration(c.journalIdleNanos.Load()),
 		JournalRecords:  c.journalRecords.Load(), JournalBytes: c.journalBytes.Load(),
 		JournalFilesRecycled: c.journalFilesRecycled.Load(),
 		ReplayedRecords:      c.replayedRecords.Load(),

@@ -309,8 +309,10 @@ func (j *journal) complete(it journalItem, pos journalPosition, err error, now t
 	if err != nil {
 		j.counters.addsFailed.Add(1)
 	} else {
+		took := now.Sub(it.enqueued)
 		j.counters.adds.Add(1)
-		j.metrics.addLatency.Observe(now.Sub(it.enqueued).Seconds())
+		j.counters.addNanos.Add(int64(took))
+		j.metrics.addLatency.Observe(took.Seconds())
 	}
 	it.done(err)
 }
@@ -337,6 +339,10 @@ func (j *journal) run() {
 // j.batch. It returns false once closing and drained.
 func (j *journal) next() bool {
 	j.mu.Lock()
+	var idleSince time.Time // the journal has nothing to write: the disk idles
+	if len(j.queue) == 0 {
+		idleSince = time.Now()
+	}
 	for len(j.queue) == 0 {
 		if j.closing {
 			j.mu.Unlock()
@@ -345,6 +351,9 @@ func (j *journal) next() bool {
 		j.mu.Unlock()
 		<-j.wake
 		j.mu.Lock()
+	}
+	if !idleSince.IsZero() {
+		j.counters.journalIdleNanos.Add(int64(time.Since(idleSince)))
 	}
 	if !j.flushWhenEmpty && !j.closing && j.queueBytes < j.maxBytes {
 		// Collect more, up to maxWait after the oldest item.

@@ -89,6 +89,8 @@ type counters struct {
 	readCacheHits, readCacheMisses               atomic.Uint64
 	journalBatches, journalSyncs, journalRecords atomic.Uint64
 	journalSyncNanos                             atomic.Int64
+	journalIdleNanos                             atomic.Int64 // the journal waiting for a first add
+	addNanos                                     atomic.Int64 // summed latency of acknowledged adds
 	journalBytes, journalFilesRecycled           atomic.Uint64
 	journalQueueDepth                            atomic.Int64
 	checkpoints                                  atomic.Uint64
@@ -98,8 +100,9 @@ type counters struct {
 
 // Stats is a snapshot of the engine's counters.
 type Stats struct {
-	Adds, AddsFailed     uint64 // Add calls acknowledged with nil / with an error
-	Reads, ReadsFailed   uint64 // entry reads served / failed (ErrNoSuchEntry included)
+	Adds, AddsFailed     uint64        // Add calls acknowledged with nil / with an error
+	AddTime              time.Duration // summed latency (Add call to acknowledgement) of the Adds
+	Reads, ReadsFailed   uint64        // entry reads served / failed (ErrNoSuchEntry included)
 	WriteCacheHits       uint64
 	WriteCacheWaits      uint64 // adds that waited for a checkpoint to free write-cache room
 	ReadCacheHits        uint64
@@ -108,6 +111,7 @@ type Stats struct {
 	JournalBatches       uint64 // group commits written
 	JournalSyncs         uint64
 	JournalSyncTime      time.Duration // total time spent in journal fsyncs
+	JournalIdleTime      time.Duration // total time the journal waited with nothing queued
 	JournalRecords       uint64
 	JournalBytes         uint64
 	JournalFilesRecycled uint64 // journal files reused under a new id

@@ -281,3 +281,25 @@ func TestAddValidation(t *testing.T) {
 		t.Errorf("read after close = %v, want ErrClosed", err)
 	}
 }
+
+// Stats carries what `quire perf bookie` splits an add's latency with: the
+// summed engine-side latency of acknowledged adds, and the time the journal
+// waited with nothing queued (it must have waited between two adds sent one
+// after the other's acknowledgement).
+func TestStatsAddAndIdleTime(t *testing.T) {
+	e := openTest(t, testConfig(vfs.NewMem()))
+	before := e.Stats()
+	for i := range int64(3) {
+		mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: i, LastAddConfirmed: i - 1, Payload: []byte("x")})
+	}
+	after := e.Stats()
+	if got := after.Adds - before.Adds; got != 3 {
+		t.Fatalf("adds %d, want 3", got)
+	}
+	if after.AddTime <= before.AddTime {
+		t.Errorf("AddTime did not grow: %v -> %v", before.AddTime, after.AddTime)
+	}
+	if after.JournalIdleTime <= before.JournalIdleTime {
+		t.Errorf("JournalIdleTime did not grow: %v -> %v", before.JournalIdleTime, after.JournalIdleTime)
+	}
+}

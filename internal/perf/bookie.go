@@ -56,6 +56,10 @@ type Phase struct {
 	P50, P99 time.Duration
 	Batches  int64         // group commits (baseline loop, or the bookie's journal)
 	SyncTime time.Duration // total time in fdatasync
+	// Bookie phase only: the mean add latency seen by the client, the part
+	// of it spent in the engine (journal queue, write, fsync), and the time
+	// the journal waited with nothing to write.
+	Mean, EngineMean, JournalIdle time.Duration
 }
 
 // BenchBookie measures (a) a minimal group-commit loop — the same entries,
@@ -93,6 +97,9 @@ func BenchBookie(ctx context.Context, cfg BookieBenchConfig) (BookieBenchResult,
 		return res, fmt.Errorf("bookie: %w", err)
 	}
 	printPhase(cfg.Out, "bookie", res.Bookie, "add")
+	b := res.Bookie
+	fmt.Fprintf(cfg.Out, "bookie   mean add latency %.3fms = %.3fms in the engine (journal queue, write, fsync) + %.3fms outside it (client, TCP, server); journal idle %.0f%% of the time\n",
+		ms(b.Mean), ms(b.EngineMean), ms(b.Mean-b.EngineMean), 100*b.JournalIdle.Seconds()/b.Elapsed.Seconds())
 	// Last, so that neither measured phase runs while the file system
 	// discards its gigabytes of deleted files.
 	if cfg.DoubleWrite {
@@ -208,11 +215,23 @@ func benchBookie(ctx context.Context, cfg BookieBenchConfig) (Phase, error) {
 	engineAfter := n.Engine().Stats()
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	m := int64(len(latencies))
-	return Phase{
+	var sum time.Duration
+	for _, l := range latencies {
+		sum += l
+	}
+	p := Phase{
 		Entries: m, Elapsed: elapsed,
 		Batches:  int64(engineAfter.JournalBatches - engineBefore.JournalBatches),
 		SyncTime: engineAfter.JournalSyncTime - engineBefore.JournalSyncTime,
 		MBPerSec: float64(m) * float64(cfg.EntryBytes) / elapsed.Seconds() / 1e6,
 		P50:      percentile(latencies, 0.50), P99: percentile(latencies, 0.99),
-	}, nil
+		JournalIdle: engineAfter.JournalIdleTime - engineBefore.JournalIdleTime,
+	}
+	if m > 0 {
+		p.Mean = sum / time.Duration(m)
+	}
+	if adds := engineAfter.Adds - engineBefore.Adds; adds > 0 {
+		p.EngineMean = (engineAfter.AddTime - engineBefore.AddTime) / time.Duration(adds)
+	}
+	return p, nil
 }

@@ -30,10 +30,13 @@ func TestBenchBookieRuns(t *testing.T) {
 			t.Errorf("%s: implausible figures %+v", name, p)
 		}
 	}
+	if b := res.Bookie; b.Mean <= 0 || b.EngineMean <= 0 || b.EngineMean > b.Mean || b.JournalIdle < 0 {
+		t.Errorf("bookie latency split implausible: mean %v, engine %v, journal idle %v", b.Mean, b.EngineMean, b.JournalIdle)
+	}
 	if res.Ratio <= 0 {
 		t.Errorf("ratio %v", res.Ratio)
 	}
-	for _, want := range []string{"baseline ", "double ", "bookie "} {
+	for _, want := range []string{"baseline ", "double ", "bookie ", "bookie   mean add latency "} {
 		if !strings.Contains(out.String(), "\n"+want) {
 			t.Errorf("output lacks a %q line:\n%s", want, out.String())
 		}
