@@ -461,26 +461,10 @@ func (c *Coordinator) check() {
 func (c *Coordinator) expireOffsets() {
 	ctx := context.Background()
 	expired := 0
-	after := ""
-	for {
-		lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
-		page, err := c.cfg.Store.List(lctx, c.cfg.KeyPrefix, meta.ListOptions{After: after})
-		cancel()
-		if err != nil {
-			c.log.Warn("cannot list groups to expire offsets", "err", err)
-			break
-		}
-		for _, kv := range page.KVs {
-			after = kv.Key
-			name, err := url.PathUnescape(strings.TrimPrefix(kv.Key, c.cfg.KeyPrefix))
-			if err != nil || !c.cfg.Owns(name) {
-				continue
-			}
-			expired += c.expireGroup(ctx, name)
-		}
-		if !page.More {
-			break
-		}
+	if err := c.storedGroups(ctx, func(name string, _ []byte) {
+		expired += c.expireGroup(ctx, name)
+	}); err != nil {
+		c.log.Warn("cannot list groups to expire offsets", "err", err)
 	}
 	if expired > 0 {
 		c.log.Info("expired committed offsets", "offsets", expired)
@@ -851,39 +835,54 @@ func (c *Coordinator) ListGroups(ctx context.Context, req *kmsg.ListGroupsReques
 		}
 		e.mu.Unlock()
 	}
+	err := c.storedGroups(ctx, func(name string, value []byte) {
+		if seen[name] {
+			return
+		}
+		_, protocolType, err := decodeOffsets(value)
+		if err != nil {
+			return
+		}
+		l := kmsg.NewListGroupsResponseGroup()
+		l.Group, l.ProtocolType, l.GroupState, l.GroupType = name, protocolType, Empty.String(), "classic"
+		if keep(l) {
+			resp.Groups = append(resp.Groups, l)
+		}
+	})
+	if err != nil {
+		c.log.Warn("cannot list groups", "err", err)
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		resp.Groups = nil
+		return resp
+	}
+	sort.Slice(resp.Groups, func(i, j int) bool { return resp.Groups[i].Group < resp.Groups[j].Group })
+	return resp
+}
+
+// storedGroups calls f with the name and stored record of every group in
+// the metadata store that this broker owns, page by page; it stops at the
+// first failed list.
+func (c *Coordinator) storedGroups(ctx context.Context, f func(name string, value []byte)) error {
 	after := ""
 	for {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 		page, err := c.cfg.Store.List(lctx, c.cfg.KeyPrefix, meta.ListOptions{After: after})
 		cancel()
 		if err != nil {
-			c.log.Warn("cannot list groups", "err", err)
-			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
-			resp.Groups = nil
-			return resp
+			return err
 		}
 		for _, kv := range page.KVs {
 			after = kv.Key
 			name, err := url.PathUnescape(strings.TrimPrefix(kv.Key, c.cfg.KeyPrefix))
-			if err != nil || seen[name] || !c.cfg.Owns(name) {
+			if err != nil || !c.cfg.Owns(name) {
 				continue
 			}
-			_, protocolType, err := decodeOffsets(kv.Value)
-			if err != nil {
-				continue
-			}
-			l := kmsg.NewListGroupsResponseGroup()
-			l.Group, l.ProtocolType, l.GroupState, l.GroupType = name, protocolType, Empty.String(), "classic"
-			if keep(l) {
-				resp.Groups = append(resp.Groups, l)
-			}
+			f(name, kv.Value)
 		}
 		if !page.More {
-			break
+			return nil
 		}
 	}
-	sort.Slice(resp.Groups, func(i, j int) bool { return resp.Groups[i].Group < resp.Groups[j].Group })
-	return resp
 }
 
 // matchesFilter: an empty filter matches everything; names compare
