@@ -67,23 +67,18 @@ func newAdminBookiesCommand(o *adminOptions) *cobra.Command {
 but that are registered no more are listed too, as "unregistered".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := o.store()
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			infos, err := registry.List(ctx, store)
-			if err != nil {
-				return err
-			}
-			gone, err := unregisteredBookies(ctx, store, infos)
-			if err != nil {
-				return err
-			}
-			printBookies(cmd.OutOrStdout(), infos, gone)
-			return nil
+			return o.withStore(cmd, func(ctx context.Context, store meta.Store) error {
+				infos, err := registry.List(ctx, store)
+				if err != nil {
+					return err
+				}
+				gone, err := unregisteredBookies(ctx, store, infos)
+				if err != nil {
+					return err
+				}
+				printBookies(cmd.OutOrStdout(), infos, gone)
+				return nil
+			})
 		},
 	}
 }
@@ -140,19 +135,14 @@ func newAdminAutorecoveryCommand(o *adminOptions) *cobra.Command {
 		Short: "Show the auditor, the under-replicated ledgers and the repairs in progress",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := o.store()
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			st, err := autorecovery.ReadStatus(ctx, store)
-			if err != nil {
-				return err
-			}
-			printAutorecovery(cmd.OutOrStdout(), st, limit, time.Now())
-			return nil
+			return o.withStore(cmd, func(ctx context.Context, store meta.Store) error {
+				st, err := autorecovery.ReadStatus(ctx, store)
+				if err != nil {
+					return err
+				}
+				printAutorecovery(cmd.OutOrStdout(), st, limit, time.Now())
+				return nil
+			})
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "list at most this many under-replicated ledgers (the count is always complete)")

@@ -21,6 +21,14 @@ import (
 
 // withAdmin runs f with a broker.Admin on the metadata store.
 func (o *adminOptions) withAdmin(cmd *cobra.Command, f func(ctx context.Context, a *broker.Admin, store meta.Store) error) error {
+	return o.withStore(cmd, func(ctx context.Context, store meta.Store) error {
+		return f(ctx, broker.NewAdmin(store), store)
+	})
+}
+
+// withStore runs f with the metadata store and a context bounded by
+// --timeout, and closes the store afterwards.
+func (o *adminOptions) withStore(cmd *cobra.Command, f func(ctx context.Context, store meta.Store) error) error {
 	store, err := o.store()
 	if err != nil {
 		return err
@@ -28,7 +36,7 @@ func (o *adminOptions) withAdmin(cmd *cobra.Command, f func(ctx context.Context,
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 	defer cancel()
-	return f(ctx, broker.NewAdmin(store), store)
+	return f(ctx, store)
 }
 
 func newAdminTenantsCommand(o *adminOptions) *cobra.Command {
