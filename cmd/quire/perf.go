@@ -29,6 +29,7 @@ func newPerfBookieCommand() *cobra.Command {
 		entryBytes, flight int
 		duration, warmUp   time.Duration
 		doubleWrite        bool
+		cpuProfile         string
 		engine             engineFlags
 	)
 	cmd := &cobra.Command{
@@ -56,10 +57,19 @@ where R = Y/X and Z is the bookie's p99 add latency.`,
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			res, err := perf.BenchBookie(ctx, perf.BookieBenchConfig{
+			bc := perf.BookieBenchConfig{
 				Dir: dir, EntryBytes: entryBytes, InFlight: flight, Duration: duration, WarmUp: warmUp,
 				DoubleWrite: doubleWrite, Engine: engine.config(), Out: out,
-			})
+			}
+			if cpuProfile != "" {
+				pf, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer pf.Close()
+				bc.CPUProfile = pf
+			}
+			res, err := perf.BenchBookie(ctx, bc)
 			if err != nil {
 				return err
 			}
@@ -77,6 +87,7 @@ where R = Y/X and Z is the bookie's p99 add latency.`,
 	f.DurationVar(&duration, "duration", 10*time.Second, "measured duration of each phase")
 	f.DurationVar(&warmUp, "warm-up", 2*time.Second, "unmeasured load before each phase's measurement (negative: none)")
 	f.BoolVar(&doubleWrite, "double-write", false, "also measure the baseline loop with a second copy of its bytes (the disk's bound for a bookie)")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the bookie phase's measured part to this file")
 	engine.register(cmd)
 	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type BookieBenchConfig struct {
 	DoubleWrite bool
 	Engine      *bookie.Config
 	Out         io.Writer
+	// CPUProfile, if set, receives a CPU profile of the bookie phase's
+	// measured part (client, server and engine share the process).
+	CPUProfile io.Writer
 }
 
 // BookieBenchResult holds the phases' figures.
@@ -60,6 +64,9 @@ type Phase struct {
 	// of it spent in the engine (journal queue, write, fsync), and the time
 	// the journal waited with nothing to write.
 	Mean, EngineMean, JournalIdle time.Duration
+	// Usage is the CPU the whole process spent per entry (the bookie phase's
+	// includes its client) and the machine's CPU states during the phase.
+	Usage Usage
 }
 
 // BenchBookie measures (a) a minimal group-commit loop — the same entries,
@@ -127,6 +134,7 @@ func printPhase(w io.Writer, name string, p Phase, what string) {
 			float64(p.Entries)/float64(p.Batches), ms(p.SyncTime/time.Duration(p.Batches)))
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-8s %s\n", name, p.Usage)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -208,7 +216,17 @@ func benchBookie(ctx context.Context, cfg BookieBenchConfig) (Phase, error) {
 	}
 	latencies = make([]time.Duration, 0, 1<<20)
 	engineBefore := n.Engine().Stats()
+	if cfg.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil {
+			return Phase{}, err
+		}
+	}
+	usageBefore := takeUsage()
 	elapsed := run(cfg.Duration)
+	usageAfter := takeUsage()
+	if cfg.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	if firstErr != nil {
 		return Phase{}, firstErr
 	}
@@ -226,6 +244,7 @@ func benchBookie(ctx context.Context, cfg BookieBenchConfig) (Phase, error) {
 		MBPerSec: float64(m) * float64(cfg.EntryBytes) / elapsed.Seconds() / 1e6,
 		P50:      percentile(latencies, 0.50), P99: percentile(latencies, 0.99),
 		JournalIdle: engineAfter.JournalIdleTime - engineBefore.JournalIdleTime,
+		Usage:       usageBetween(usageBefore, usageAfter, m),
 	}
 	if m > 0 {
 		p.Mean = sum / time.Duration(m)

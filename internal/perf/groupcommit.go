@@ -156,7 +156,9 @@ func benchGroupCommit(ctx context.Context, cfg BookieBenchConfig, secondCopy boo
 	// Every warm-up batch was recorded or skipped before its submitters were
 	// released, so the loop sees the flag change between batches.
 	measuring.Store(true)
+	usageBefore := takeUsage()
 	elapsed := run(cfg.Duration)
+	usageAfter := takeUsage()
 	close(stop)
 	err = <-loopErr
 	if copies != nil {
@@ -174,6 +176,7 @@ func benchGroupCommit(ctx context.Context, cfg BookieBenchConfig, secondCopy boo
 		Entries: n, Elapsed: elapsed, Batches: batches.Load(), SyncTime: syncTime,
 		MBPerSec: float64(n) * float64(cfg.EntryBytes) / elapsed.Seconds() / 1e6,
 		P50:      percentile(batchTimes, 0.50), P99: percentile(batchTimes, 0.99),
+		Usage: usageBetween(usageBefore, usageAfter, n),
 	}, nil
 }
 
