@@ -303,3 +303,20 @@ func TestStatsAddAndIdleTime(t *testing.T) {
 		t.Errorf("JournalIdleTime did not grow: %v -> %v", before.JournalIdleTime, after.JournalIdleTime)
 	}
 }
+
+// An add's latency starts at Arrived when the caller sets it (the server
+// passes the time the request was read), else at the call to Add.
+func TestAddLatencyStartsAtArrived(t *testing.T) {
+	e := openTest(t, testConfig(vfs.NewMem()))
+	const early = time.Hour
+	before := e.Stats()
+	mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: 0, LastAddConfirmed: -1, Payload: []byte("x"), Arrived: time.Now().Add(-early)})
+	if took := e.Stats().AddTime - before.AddTime; took < early {
+		t.Errorf("add with Arrived an hour ago counted %v, want at least %v", took, early)
+	}
+	before = e.Stats()
+	mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: 1, LastAddConfirmed: 0, Payload: []byte("x")})
+	if took := e.Stats().AddTime - before.AddTime; took <= 0 || took >= early {
+		t.Errorf("add without Arrived counted %v", took)
+	}
+}

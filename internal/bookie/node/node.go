@@ -287,7 +287,7 @@ type engineAdapter struct{ e *bookie.Engine }
 
 func (a engineAdapter) Add(req server.AddRequest, done func(error)) {
 	a.e.Add(bookie.AddRequest{LedgerID: req.LedgerID, EntryID: req.EntryID, LastAddConfirmed: req.LastAddConfirmed,
-		Recovery: req.Recovery, Payload: req.Payload}, done)
+		Recovery: req.Recovery, Payload: req.Payload, Arrived: req.Arrived}, done)
 }
 
 func (a engineAdapter) Read(ledgerID, entryID int64) (server.Entry, error) {

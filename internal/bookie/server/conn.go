@@ -83,13 +83,24 @@ type outgoing struct {
 	addOK             bool
 	requestID         uint64
 	ledgerID, entryID int64
+	// For the latency metric, observed when the writer takes the response.
+	kind     requestKind
+	received time.Time
 }
 
 func (c *conn) readLoop() {
-	fr := wire.NewFrameReader(bufio.NewReaderSize(c.nc, ioBufferBytes), c.s.cfg.MaxFrameBytes)
+	src := &countingReader{r: c.nc}
+	fr := wire.NewFrameReader(bufio.NewReaderSize(src, ioBufferBytes), c.s.cfg.MaxFrameBytes)
 	var add wire.AddRequestFrame
+	// received is when the last socket read returned: the arrival time of
+	// every frame completed by it. One clock read per read(2), not per frame.
+	var received time.Time
+	var readsSeen uint64
 	for c.waitForQueueSpace() {
 		req, isAdd, err := fr.ReadRequestOrAdd(&add)
+		if src.reads != readsSeen {
+			received, readsSeen = time.Now(), src.reads
+		}
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF):
@@ -107,11 +118,22 @@ func (c *conn) readLoop() {
 		}
 		if isAdd {
 			// add.Payload aliases the read buffer; the engine copies it before Add returns.
-			c.dispatchAdd(&add, time.Now())
+			c.dispatchAdd(&add, received)
 			continue
 		}
-		c.dispatch(req, time.Now())
+		c.dispatch(req, received)
 	}
+}
+
+// countingReader counts the reads that reach the socket.
+type countingReader struct {
+	r     io.Reader
+	reads uint64
+}
+
+func (cr *countingReader) Read(p []byte) (int, error) {
+	cr.reads++
+	return cr.r.Read(p)
 }
 
 // waitForQueueSpace blocks while MaxInFlightPerConn responses wait to be written, so a
@@ -252,6 +274,7 @@ func (c *conn) dispatchAdd(r *wire.AddRequestFrame, received time.Time) {
 		LastAddConfirmed: r.LastAddConfirmed,
 		Recovery:         r.Recovery,
 		Payload:          r.Payload,
+		Arrived:          received,
 	}, ac.done)
 }
 
@@ -313,6 +336,7 @@ func (c *conn) queueResponse(kind requestKind, received time.Time, admitted bool
 	}
 	closed := c.closed
 	if !closed {
+		out.kind, out.received = kind, received
 		c.queue = append(c.queue, out)
 	}
 	c.mu.Unlock()
@@ -323,7 +347,6 @@ func (c *conn) queueResponse(kind requestKind, received time.Time, admitted bool
 		return
 	}
 	c.s.metrics.countRequest(kind, status)
-	c.s.metrics.latency[kind].Observe(time.Since(received).Seconds())
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -477,7 +500,7 @@ func (c *conn) writeLoop() {
 		if len(batch) == 0 {
 			spare = batch
 			if bw.Buffered() > 0 {
-				c.setWriteDeadline()
+				c.setWriteDeadline(time.Now())
 				if err := bw.Flush(); err != nil {
 					c.writeFailed(err)
 					return
@@ -494,8 +517,10 @@ func (c *conn) writeLoop() {
 		case c.space <- struct{}{}:
 		default:
 		}
-		c.setWriteDeadline()
+		now := time.Now() // one clock read for the batch's deadline and latencies
+		c.setWriteDeadline(now)
 		for i, out := range batch {
+			c.s.metrics.latency[out.kind].Observe(now.Sub(out.received).Seconds())
 			switch {
 			case out.addOK:
 				frame = wire.AppendAddOKResponseFrame(frame[:0], out.requestID, out.ledgerID, out.entryID)
@@ -522,9 +547,9 @@ func (c *conn) writeLoop() {
 	}
 }
 
-func (c *conn) setWriteDeadline() {
+func (c *conn) setWriteDeadline(now time.Time) {
 	if c.s.cfg.WriteTimeout > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		c.nc.SetWriteDeadline(now.Add(c.s.cfg.WriteTimeout))
 	}
 }
 

@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, []string{"type", "status"})
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "quire_bookie_request_duration_seconds",
-		Help: "Time from decoding a request to queueing its response, by request type.",
+		Help: "Time from reading a request to the writer taking its response, by request type.",
 		// 50µs to ~9s: a loopback add with group commit sits in the low buckets, a long
 		// poll near its timeout in the high ones.
 		Buckets: prometheus.ExponentialBuckets(50e-6, 3, 12),

@@ -29,6 +29,8 @@ type AddRequest struct {
 	// Payload is valid only until Add returns (it may alias the connection's read buffer):
 	// an engine that keeps it copies it first.
 	Payload []byte
+	// Arrived is when the request's bytes were read: where its latency starts.
+	Arrived time.Time
 }
 
 // Entry is a stored entry, or with EntryID -1 only a ledger's LAC.
