@@ -187,7 +187,7 @@ func benchBookie(ctx context.Context, cfg BookieBenchConfig) (Phase, error) {
 		var wg sync.WaitGroup
 		// The clock is read for each add's latency; the deadline is checked
 		// every 64 adds, so the load generator costs the shared CPUs less.
-		for i := 0; (i%64 != 0 || time.Now().Before(deadline) && ctx.Err() == nil); i, entry = i+1, entry+1 {
+		for i := 0; i%64 != 0 || time.Now().Before(deadline) && ctx.Err() == nil; i, entry = i+1, entry+1 {
 			slots <- struct{}{}
 			mu.Lock()
 			failed := firstErr
