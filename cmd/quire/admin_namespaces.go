@@ -11,18 +11,19 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"quire/internal/broker"
+	"quire/internal/catalog"
 	"quire/internal/meta"
+	"quire/internal/ownership"
 )
 
 // This file is the command-line surface of tenants, namespaces, their
 // policies, Kafka topics and bundle ownership: what `pulsar-admin tenants`,
 // `pulsar-admin namespaces` and `kafka-topics --list` do for their systems.
 
-// withAdmin runs f with a broker.Admin on the metadata store.
-func (o *adminOptions) withAdmin(cmd *cobra.Command, f func(ctx context.Context, a *broker.Admin, store meta.Store) error) error {
+// withAdmin runs f with a catalog.Admin on the metadata store.
+func (o *adminOptions) withAdmin(cmd *cobra.Command, f func(ctx context.Context, a *catalog.Catalog, store meta.Store) error) error {
 	return o.withStore(cmd, func(ctx context.Context, store meta.Store) error {
-		return f(ctx, broker.NewAdmin(store), store)
+		return f(ctx, catalog.New(store), store)
 	})
 }
 
@@ -42,7 +43,7 @@ func (o *adminOptions) withStore(cmd *cobra.Command, f func(ctx context.Context,
 func newAdminTenantsCommand(o *adminOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "tenants", Short: "List, create and delete tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+			return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 				ts, err := a.ListTenants(ctx)
 				if err != nil {
 					return err
@@ -56,13 +57,13 @@ func newAdminTenantsCommand(o *adminOptions) *cobra.Command {
 	cmd.AddCommand(
 		&cobra.Command{Use: "create TENANT", Short: "Create a tenant", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
-					return a.CreateTenant(ctx, args[0], broker.TenantInfo{Created: time.Now().UTC()})
+				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
+					return a.CreateTenant(ctx, args[0], catalog.TenantInfo{Created: time.Now().UTC()})
 				})
 			}},
 		&cobra.Command{Use: "delete TENANT", Short: "Delete a tenant that has no namespaces", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 					return a.DeleteTenant(ctx, args[0])
 				})
 			}},
@@ -82,7 +83,7 @@ brokers. Policy changes apply when a topic is next loaded.
   quire admin namespaces set-persistence public/default --ensemble 3 --write-quorum 3 --ack-quorum 2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+			return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 				nss, err := a.ListNamespaces(ctx, args[0])
 				if err != nil {
 					return err
@@ -93,10 +94,10 @@ brokers. Policy changes apply when a topic is next loaded.
 				return nil
 			})
 		}}
-	update := func(use, short string, register func(*cobra.Command), change func(*broker.Policies) error) *cobra.Command {
+	update := func(use, short string, register func(*cobra.Command), change func(*catalog.Policies) error) *cobra.Command {
 		c := &cobra.Command{Use: use + " TENANT/NAMESPACE", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 					p, err := a.UpdatePolicies(ctx, args[0], change)
 					if err != nil {
 						return err
@@ -107,27 +108,27 @@ brokers. Policy changes apply when a topic is next loaded.
 		register(c)
 		return c
 	}
-	var pers broker.Persistence
-	var ret broker.Retention
-	var quota broker.BacklogQuota
+	var pers catalog.Persistence
+	var ret catalog.Retention
+	var quota catalog.BacklogQuota
 	var ttl time.Duration
 	var dedup bool
 	cmd.AddCommand(
 		&cobra.Command{Use: "create TENANT/NAMESPACE", Short: "Create a namespace with the default policies", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 					return a.CreateNamespace(ctx, args[0], nil)
 				})
 			}},
 		&cobra.Command{Use: "delete TENANT/NAMESPACE", Short: "Delete a namespace that has no topics", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 					return a.DeleteNamespace(ctx, args[0])
 				})
 			}},
 		&cobra.Command{Use: "policies TENANT/NAMESPACE", Short: "Show a namespace's policies (JSON)", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 					p, err := a.GetPolicies(ctx, args[0])
 					if err != nil {
 						return err
@@ -139,25 +140,25 @@ brokers. Policy changes apply when a topic is next loaded.
 			c.Flags().IntVar(&pers.Ensemble, "ensemble", 3, "bookies per ledger (E)")
 			c.Flags().IntVar(&pers.WriteQuorum, "write-quorum", 3, "copies of each entry (Qw)")
 			c.Flags().IntVar(&pers.AckQuorum, "ack-quorum", 2, "copies fsync'd before an entry is acknowledged (Qa)")
-		}, func(p *broker.Policies) error { p.Persistence = pers; return nil }),
+		}, func(p *catalog.Policies) error { p.Persistence = pers; return nil }),
 		update("set-retention", "Keep acknowledged data up to a time and a size (-1: unlimited)", func(c *cobra.Command) {
 			c.Flags().Int64Var(&ret.TimeMinutes, "time-minutes", 0, "minutes (-1 unlimited)")
 			c.Flags().Int64Var(&ret.SizeMB, "size-mb", 0, "MB per topic (-1 unlimited)")
-		}, func(p *broker.Policies) error { p.Retention = ret; return nil }),
+		}, func(p *catalog.Policies) error { p.Retention = ret; return nil }),
 		update("set-backlog-quota", "Cap the unacknowledged backlog by size and age", func(c *cobra.Command) {
 			c.Flags().Int64Var(&quota.LimitBytes, "limit-bytes", -1, "bytes (-1 unlimited)")
 			c.Flags().Int64Var(&quota.LimitTimeSeconds, "limit-time-seconds", -1, "seconds (-1 unlimited)")
 			c.Flags().Var(newQuotaPolicyValue(&quota.Policy), "policy", "producer_request_hold, producer_exception or consumer_backlog_eviction")
-		}, func(p *broker.Policies) error { p.BacklogQuota = quota; return nil }),
+		}, func(p *catalog.Policies) error { p.BacklogQuota = quota; return nil }),
 		update("set-message-ttl", "Acknowledge messages older than the TTL (0 disables)", func(c *cobra.Command) {
 			c.Flags().DurationVar(&ttl, "ttl", 0, "time to live, e.g. 1h")
-		}, func(p *broker.Policies) error { p.MessageTTLSeconds = int64(ttl / time.Second); return nil }),
+		}, func(p *catalog.Policies) error { p.MessageTTLSeconds = int64(ttl / time.Second); return nil }),
 		update("set-deduplication", "Turn broker-side deduplication on or off", func(c *cobra.Command) {
 			c.Flags().BoolVar(&dedup, "enable", true, "deduplicate by producer and sequence")
-		}, func(p *broker.Policies) error { p.Deduplication = dedup; return nil }),
+		}, func(p *catalog.Policies) error { p.Deduplication = dedup; return nil }),
 		&cobra.Command{Use: "bundles TENANT/NAMESPACE", Short: "List the namespace's bundles and the broker that owns each", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, store meta.Store) error {
+				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, store meta.Store) error {
 					return printBundles(ctx, cmd.OutOrStdout(), a, store, args[0])
 				})
 			}},
@@ -165,10 +166,10 @@ brokers. Policy changes apply when a topic is next loaded.
 	return cmd
 }
 
-type quotaPolicyValue struct{ p *broker.BacklogQuotaPolicy }
+type quotaPolicyValue struct{ p *catalog.BacklogQuotaPolicy }
 
-func newQuotaPolicyValue(p *broker.BacklogQuotaPolicy) *quotaPolicyValue {
-	*p = broker.ProducerRequestHold
+func newQuotaPolicyValue(p *catalog.BacklogQuotaPolicy) *quotaPolicyValue {
+	*p = catalog.ProducerRequestHold
 	return &quotaPolicyValue{p}
 }
 func (v *quotaPolicyValue) String() string {
@@ -178,8 +179,8 @@ func (v *quotaPolicyValue) String() string {
 	return string(*v.p)
 }
 func (v *quotaPolicyValue) Set(s string) error {
-	switch p := broker.BacklogQuotaPolicy(s); p {
-	case broker.ProducerRequestHold, broker.ProducerException, broker.ConsumerBacklogEviction:
+	switch p := catalog.BacklogQuotaPolicy(s); p {
+	case catalog.ProducerRequestHold, catalog.ProducerException, catalog.ConsumerBacklogEviction:
 		*v.p = p
 		return nil
 	}
@@ -198,12 +199,12 @@ func printJSON(w io.Writer, v any) error {
 
 // printBundles lists each bundle of ns with its owner, read from the
 // ownership keys (their layout is in internal/broker/keys.go).
-func printBundles(ctx context.Context, w io.Writer, a *broker.Admin, store meta.Store, ns string) error {
+func printBundles(ctx context.Context, w io.Writer, a *catalog.Catalog, store meta.Store, ns string) error {
 	p, err := a.GetPolicies(ctx, ns)
 	if err != nil {
 		return err
 	}
-	res, err := store.List(ctx, broker.OwnershipPrefix+ns+"/", meta.ListOptions{Limit: 10_000})
+	res, err := store.List(ctx, ownership.OwnershipPrefix+ns+"/", meta.ListOptions{Limit: 10_000})
 	if err != nil {
 		return err
 	}
@@ -214,12 +215,12 @@ func printBundles(ctx context.Context, w io.Writer, a *broker.Admin, store meta.
 			KafkaAddr string `json:"kafkaAddr"`
 		}
 		if json.Unmarshal(kv.Value, &v) == nil {
-			owners[strings.TrimPrefix(kv.Key, broker.OwnershipPrefix+ns+"/")] = fmt.Sprintf("broker %d (%s)", v.BrokerID, v.KafkaAddr)
+			owners[strings.TrimPrefix(kv.Key, ownership.OwnershipPrefix+ns+"/")] = fmt.Sprintf("broker %d (%s)", v.BrokerID, v.KafkaAddr)
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUNDLE\tOWNER")
-	for _, b := range broker.BundlesOf(ns, p.Bundles.Boundaries) {
+	for _, b := range catalog.BundlesOf(ns, p.Bundles.Boundaries) {
 		owner, ok := owners[b.Range()]
 		if !ok {
 			owner = "(unowned)"
@@ -232,7 +233,7 @@ func printBundles(ctx context.Context, w io.Writer, a *broker.Admin, store meta.
 func newAdminTopicsCommand(o *adminOptions) *cobra.Command {
 	return &cobra.Command{Use: "topics TENANT/NAMESPACE", Short: "List a namespace's Kafka topics: partitions, id, configs", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.withAdmin(cmd, func(ctx context.Context, a *broker.Admin, _ meta.Store) error {
+			return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 				ts, err := a.ListTopics(ctx, args[0])
 				if err != nil {
 					return err

@@ -15,9 +15,9 @@ import (
 
 	"quire/internal/admin"
 	"quire/internal/bookie/client"
+	"quire/internal/broker"
 	"quire/internal/ledger/ledgerclient"
 	"quire/internal/meta"
-	"quire/internal/server"
 )
 
 // brokerFlags configure a broker, shared by `quire broker` and
@@ -36,7 +36,7 @@ type brokerFlags struct {
 }
 
 func (b *brokerFlags) register(cmd *cobra.Command) {
-	d := server.DefaultConfig()
+	d := broker.DefaultConfig()
 	f := cmd.Flags()
 	f.Int32Var(&b.id, "broker-id", 0, "broker id (0: allocate one from the metadata store)")
 	f.StringVar(&b.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "Kafka protocol listen address")
@@ -51,14 +51,14 @@ func (b *brokerFlags) register(cmd *cobra.Command) {
 }
 
 // start listens and starts a broker on store.
-func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr string, log *slog.Logger) (*server.Broker, func(), error) {
+func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr string, log *slog.Logger) (*broker.Broker, func(), error) {
 	ln, err := net.Listen("tcp", b.kafkaAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka listener: %w", err)
 	}
 	bookies := client.New(client.Config{Logger: log})
 	ledgers := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bookies, Name: "broker", Logger: log})
-	br, err := server.Start(ctx, server.Config{
+	br, err := broker.Start(ctx, broker.Config{
 		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: b.kafkaAdvertised,
 		HTTPAddr: httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,

@@ -46,7 +46,7 @@ func (a *auditor) run(ctx context.Context) {
 
 	// Start from the zones recorded by earlier auditors.
 	for {
-		kvs, _, err := listAll(ctx, cfg.Store, ZonePrefix)
+		kvs, _, err := meta.ListAll(ctx, cfg.Store, ZonePrefix)
 		if err == nil {
 			for _, kv := range kvs {
 				var zone string
@@ -171,7 +171,7 @@ func (a *auditor) nextWake(nextAudit time.Time) time.Time {
 // while no auditor ran (or never registered with this auditor watching).
 func (a *auditor) audit(ctx context.Context, now time.Time) error {
 	cfg := a.s.cfg
-	kvs, _, err := listAll(ctx, cfg.Store, ledger.KeyPrefix)
+	kvs, _, err := meta.ListAll(ctx, cfg.Store, ledger.KeyPrefix)
 	if err != nil {
 		return err
 	}
@@ -266,7 +266,7 @@ func (a *auditor) ensureMark(ctx context.Context, ledgerID int64, lost []string,
 // dropStaleMarks deletes marks of ledgers that no longer exist.
 func (a *auditor) dropStaleMarks(ctx context.Context, existing map[int64]bool) error {
 	store := a.s.cfg.Store
-	kvs, _, err := listAll(ctx, store, UnderReplicatedPrefix)
+	kvs, _, err := meta.ListAll(ctx, store, UnderReplicatedPrefix)
 	if err != nil {
 		return err
 	}

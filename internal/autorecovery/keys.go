@@ -119,27 +119,6 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// listAll pages through a prefix.
-func listAll(ctx context.Context, store meta.Store, prefix string) ([]meta.KV, int64, error) {
-	var out []meta.KV
-	after := ""
-	var rev int64
-	for {
-		res, err := store.List(ctx, prefix, meta.ListOptions{After: after})
-		if err != nil {
-			return nil, 0, fmt.Errorf("autorecovery: list %s: %w", prefix, err)
-		}
-		if rev == 0 {
-			rev = res.Revision
-		}
-		out = append(out, res.KVs...)
-		if !res.More || len(res.KVs) == 0 {
-			return out, rev, nil
-		}
-		after = res.KVs[len(res.KVs)-1].Key
-	}
-}
-
 // Status is autorecovery's state as the metadata store shows it.
 type Status struct {
 	// Auditor is nil when no auditor is elected.
@@ -171,7 +150,7 @@ func ReadStatus(ctx context.Context, store meta.Store) (Status, error) {
 	case !errors.Is(err, meta.ErrNotFound):
 		return Status{}, fmt.Errorf("autorecovery: auditor key: %w", err)
 	}
-	locks, _, err := listAll(ctx, store, LockPrefix)
+	locks, _, err := meta.ListAll(ctx, store, LockPrefix)
 	if err != nil {
 		return Status{}, err
 	}
@@ -182,7 +161,7 @@ func ReadStatus(ctx context.Context, store meta.Store) (Status, error) {
 			lockedBy[id] = l.Worker
 		}
 	}
-	marks, _, err := listAll(ctx, store, UnderReplicatedPrefix)
+	marks, _, err := meta.ListAll(ctx, store, UnderReplicatedPrefix)
 	if err != nil {
 		return Status{}, err
 	}
@@ -194,7 +173,7 @@ func ReadStatus(ctx context.Context, store meta.Store) (Status, error) {
 		st.UnderReplicated = append(st.UnderReplicated, MarkStatus{Mark: m, LockedBy: lockedBy[m.LedgerID]})
 	}
 	sort.Slice(st.UnderReplicated, func(i, j int) bool { return st.UnderReplicated[i].LedgerID < st.UnderReplicated[j].LedgerID })
-	workers, _, err := listAll(ctx, store, WorkerPrefix)
+	workers, _, err := meta.ListAll(ctx, store, WorkerPrefix)
 	if err != nil {
 		return Status{}, err
 	}

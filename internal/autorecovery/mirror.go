@@ -51,7 +51,7 @@ func (m *mirror) signal() {
 // run lists and watches until ctx ends.
 func (m *mirror) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		kvs, rev, err := listAll(ctx, m.store, m.prefix)
+		kvs, rev, err := meta.ListAll(ctx, m.store, m.prefix)
 		if err != nil {
 			m.log.Debug("mirror: list", "prefix", m.prefix, "err", err)
 			pause(ctx, m.backoff) // retry pacing: the store is unreachable

@@ -13,8 +13,8 @@ import (
 // kerr.UnknownTopicOrPartition; the front end puts their codes on the wire.
 // Any other error maps to kerr.UnknownServerError (and is logged).
 
-// Broker describes one broker as Kafka metadata shows it.
-type Broker struct {
+// Node describes one broker as Kafka metadata shows it.
+type Node struct {
 	ID   int32
 	Host string
 	Port int32
@@ -124,8 +124,8 @@ type GroupCoordinator interface {
 // Backend is what the front end serves requests from.
 type Backend interface {
 	// Self is this broker; Brokers every live broker (Self included).
-	Self() Broker
-	Brokers(ctx context.Context) ([]Broker, error)
+	Self() Node
+	Brokers(ctx context.Context) ([]Node, error)
 	ClusterID() string
 	// ControllerID is the broker Metadata names as controller (admin
 	// requests work on any broker in ledger mode).
@@ -160,7 +160,7 @@ type Backend interface {
 
 	// Coordinator returns the broker that coordinates a group
 	// (FindCoordinator key type 0).
-	Coordinator(ctx context.Context, group string) (Broker, error)
+	Coordinator(ctx context.Context, group string) (Node, error)
 	Groups() GroupCoordinator
 
 	// MaxMessageBytes is the largest record batch a produce may carry

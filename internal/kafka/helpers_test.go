@@ -40,7 +40,7 @@ func newCluster(t *testing.T, tweak ...func(*kafka.Config)) *cluster {
 	}
 	host, portStr, _ := net.SplitHostPort(ln.Addr().String())
 	port, _ := strconv.Atoi(portStr)
-	backend := kafkatest.New(kafka.Broker{ID: 1, Host: host, Port: int32(port)})
+	backend := kafkatest.New(kafka.Node{ID: 1, Host: host, Port: int32(port)})
 	reg := prometheus.NewRegistry()
 	cfg := kafka.Config{
 		Backend:    backend,

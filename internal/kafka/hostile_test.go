@@ -113,7 +113,7 @@ func TestCloseWithLongPoll(t *testing.T) {
 
 // fuzzServer is one server (never listening) shared by fuzz iterations.
 func fuzzServer(f *testing.F) (*kafka.Server, *kafkatest.Backend) {
-	backend := kafkatest.New(kafka.Broker{ID: 1, Host: "127.0.0.1", Port: 9092})
+	backend := kafkatest.New(kafka.Node{ID: 1, Host: "127.0.0.1", Port: 9092})
 	s, err := kafka.New(kafka.Config{Backend: backend, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		f.Fatal(err)

@@ -36,7 +36,7 @@ func (s *Server) metadata(ctx context.Context, rq *request, req *kmsg.MetadataRe
 	brokers, err := s.backend.Brokers(ctx)
 	if err != nil {
 		s.errorCode(err, "brokers")
-		brokers = []Broker{s.backend.Self()}
+		brokers = []Node{s.backend.Self()}
 	}
 	for _, b := range brokers {
 		rb := kmsg.NewMetadataResponseBroker()

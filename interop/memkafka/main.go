@@ -72,7 +72,7 @@ func run(addr string, verbose bool) error {
 	}
 	defer coordinator.Close()
 	b := backend{
-		Backend: kafkatest.New(kafka.Broker{ID: 1, Host: host, Port: int32(port)}),
+		Backend: kafkatest.New(kafka.Node{ID: 1, Host: host, Port: int32(port)}),
 		groups:  coordinator,
 	}
 	server, err := kafka.New(kafka.Config{Backend: b, Logger: log})

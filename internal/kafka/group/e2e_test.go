@@ -56,7 +56,7 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	server, err := kafka.New(kafka.Config{
-		Backend: backend{kafkatest.New(kafka.Broker{ID: 1, Host: host, Port: int32(port)}), groups},
+		Backend: backend{kafkatest.New(kafka.Node{ID: 1, Host: host, Port: int32(port)}), groups},
 		Logger:  quiet,
 	})
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 
 // Backend is an in-memory kafka.Backend. The zero value is not usable; use New.
 type Backend struct {
-	self kafka.Broker
+	self kafka.Node
 
 	mu sync.Mutex
 	// AutoCreate lets Topics create missing topics when asked to.
@@ -47,7 +47,7 @@ type topic struct {
 
 // New returns a backend whose only broker is self, creating missing topics
 // on demand with 3 partitions.
-func New(self kafka.Broker) *Backend {
+func New(self kafka.Node) *Backend {
 	return &Backend{
 		self:              self,
 		autoCreate:        true,
@@ -67,7 +67,7 @@ func (b *Backend) SetMaxMessageBytes(n int32) { b.mu.Lock(); b.maxMessageBytes =
 
 // SetSelf changes the broker this backend calls itself (tests that learn
 // their listen port after New).
-func (b *Backend) SetSelf(self kafka.Broker) { b.mu.Lock(); b.self = self; b.mu.Unlock() }
+func (b *Backend) SetSelf(self kafka.Node) { b.mu.Lock(); b.self = self; b.mu.Unlock() }
 
 // PartitionFor returns the stored partition (nil if none), for tests that
 // want to inject errors or inspect the log.
@@ -81,14 +81,14 @@ func (b *Backend) PartitionFor(name string, partition int32) *Partition {
 	return t.partitions[partition]
 }
 
-func (b *Backend) Self() kafka.Broker {
+func (b *Backend) Self() kafka.Node {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.self
 }
 
-func (b *Backend) Brokers(context.Context) ([]kafka.Broker, error) {
-	return []kafka.Broker{b.Self()}, nil
+func (b *Backend) Brokers(context.Context) ([]kafka.Node, error) {
+	return []kafka.Node{b.Self()}, nil
 }
 
 func (b *Backend) ClusterID() string { return "kafkatest-cluster" }
@@ -307,7 +307,7 @@ func (b *Backend) InitProducerID(context.Context) (int64, int16, error) {
 	return b.nextProducerID, 0, nil
 }
 
-func (b *Backend) Coordinator(context.Context, string) (kafka.Broker, error) { return b.Self(), nil }
+func (b *Backend) Coordinator(context.Context, string) (kafka.Node, error) { return b.Self(), nil }
 
 func (b *Backend) Groups() kafka.GroupCoordinator { return b.groups }
 

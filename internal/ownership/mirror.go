@@ -1,4 +1,4 @@
-package broker
+package ownership
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type mirror struct {
 // load lists the prefix and resets the copy; it returns the revision to
 // watch from (exclusive).
 func (m *mirror) load(ctx context.Context) (int64, error) {
-	kvs, rev, err := listAll(ctx, m.store, m.prefix)
+	kvs, rev, err := meta.ListAll(ctx, m.store, m.prefix)
 	if err != nil {
 		return 0, err
 	}

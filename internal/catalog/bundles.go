@@ -1,4 +1,4 @@
-package broker
+package catalog
 
 import (
 	"fmt"
@@ -106,7 +106,7 @@ func EqualBoundaries(n int) []uint32 {
 }
 
 // validateBoundaries checks 0 = b0 < b1 < … < bn = FullUpperBound, n ≥ 1.
-func validateBoundaries(bounds []uint32) error {
+func ValidateBoundaries(bounds []uint32) error {
 	if len(bounds) < 2 || len(bounds) > MaxNumBundles+1 {
 		return fmt.Errorf("%d boundaries, want 2..%d", len(bounds), MaxNumBundles+1)
 	}

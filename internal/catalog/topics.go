@@ -1,4 +1,4 @@
-package broker
+package catalog
 
 import (
 	"context"
@@ -59,9 +59,9 @@ func newTopicID() TopicID {
 	return id
 }
 
-// TopicRecord is a Kafka topic: a partitioned topic of a namespace whose
+// Topic is a Kafka topic: a partitioned topic of a namespace whose
 // partition i is the managed ledger PartitionName(Namespace, Name, i).
-type TopicRecord struct {
+type Topic struct {
 	// Namespace and Name come from the key; they are not stored in the value.
 	Namespace  string            `json:"-"`
 	Name       string            `json:"-"`
@@ -73,7 +73,7 @@ type TopicRecord struct {
 	Version meta.Version `json:"-"`
 }
 
-func (a *Admin) checkTopic(ns, name string) error {
+func (a *Catalog) checkTopic(ns, name string) error {
 	if _, _, err := ParseNamespace(ns); err != nil {
 		return err
 	}
@@ -83,20 +83,20 @@ func (a *Admin) checkTopic(ns, name string) error {
 // CreateTopic records a new topic with a fresh id. Fails with
 // ErrInvalidTopicName, ErrInvalidPartitions (not 1..MaxPartitions),
 // ErrNamespaceNotFound or ErrTopicExists.
-func (a *Admin) CreateTopic(ctx context.Context, ns, name string, partitions int32, configs map[string]string) (TopicRecord, error) {
+func (a *Catalog) CreateTopic(ctx context.Context, ns, name string, partitions int32, configs map[string]string) (Topic, error) {
 	if err := a.checkTopic(ns, name); err != nil {
-		return TopicRecord{}, fmt.Errorf("create topic: %w", err)
+		return Topic{}, fmt.Errorf("create topic: %w", err)
 	}
 	if partitions < 1 || partitions > MaxPartitions {
-		return TopicRecord{}, fmt.Errorf("create topic %s/%s with %d partitions (want 1..%d): %w", ns, name, partitions, MaxPartitions, ErrInvalidPartitions)
+		return Topic{}, fmt.Errorf("create topic %s/%s with %d partitions (want 1..%d): %w", ns, name, partitions, MaxPartitions, ErrInvalidPartitions)
 	}
 	if _, err := a.store.Get(ctx, namespaceKey(ns)); err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
-			return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, ErrNamespaceNotFound)
+			return Topic{}, fmt.Errorf("create topic %s/%s: %w", ns, name, ErrNamespaceNotFound)
 		}
-		return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
+		return Topic{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
 	}
-	rec := TopicRecord{
+	rec := Topic{
 		Namespace:  ns,
 		Name:       name,
 		Partitions: partitions,
@@ -106,49 +106,49 @@ func (a *Admin) CreateTopic(ctx context.Context, ns, name string, partitions int
 	}
 	value, err := json.Marshal(rec)
 	if err != nil {
-		return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
+		return Topic{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
 	}
 	v, err := a.store.Create(ctx, topicKey(ns, name), value)
 	if err != nil {
 		if errors.Is(err, meta.ErrExists) {
-			return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, ErrTopicExists)
+			return Topic{}, fmt.Errorf("create topic %s/%s: %w", ns, name, ErrTopicExists)
 		}
-		return TopicRecord{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
+		return Topic{}, fmt.Errorf("create topic %s/%s: %w", ns, name, err)
 	}
 	rec.Version = v
 	return rec, nil
 }
 
 // GetTopic returns a topic record (ErrTopicNotFound).
-func (a *Admin) GetTopic(ctx context.Context, ns, name string) (TopicRecord, error) {
+func (a *Catalog) GetTopic(ctx context.Context, ns, name string) (Topic, error) {
 	if err := a.checkTopic(ns, name); err != nil {
-		return TopicRecord{}, fmt.Errorf("get topic: %w", err)
+		return Topic{}, fmt.Errorf("get topic: %w", err)
 	}
-	var rec TopicRecord
-	v, err := getJSON(ctx, a.store, topicKey(ns, name), &rec)
+	var rec Topic
+	v, err := meta.GetJSON(ctx, a.store, topicKey(ns, name), &rec)
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
-			return TopicRecord{}, fmt.Errorf("get topic %s/%s: %w", ns, name, ErrTopicNotFound)
+			return Topic{}, fmt.Errorf("get topic %s/%s: %w", ns, name, ErrTopicNotFound)
 		}
-		return TopicRecord{}, fmt.Errorf("get topic %s/%s: %w", ns, name, err)
+		return Topic{}, fmt.Errorf("get topic %s/%s: %w", ns, name, err)
 	}
 	rec.Namespace, rec.Name, rec.Version = ns, name, v
 	return rec, nil
 }
 
 // ListTopics returns every topic record of namespace ns, sorted by name.
-func (a *Admin) ListTopics(ctx context.Context, ns string) ([]TopicRecord, error) {
+func (a *Catalog) ListTopics(ctx context.Context, ns string) ([]Topic, error) {
 	if _, _, err := ParseNamespace(ns); err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
 	prefix := namespaceTopicsPrefix(ns)
-	kvs, _, err := listAll(ctx, a.store, prefix)
+	kvs, _, err := meta.ListAll(ctx, a.store, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list topics of %s: %w", ns, err)
 	}
-	out := make([]TopicRecord, 0, len(kvs))
+	out := make([]Topic, 0, len(kvs))
 	for _, kv := range kvs {
-		var rec TopicRecord
+		var rec Topic
 		if err := json.Unmarshal(kv.Value, &rec); err != nil {
 			return nil, fmt.Errorf("list topics of %s: decode %s: %w", ns, kv.Key, err)
 		}
@@ -160,7 +160,7 @@ func (a *Admin) ListTopics(ctx context.Context, ns string) ([]TopicRecord, error
 
 // DeleteTopic removes a topic record (ErrTopicNotFound). The topic's ledgers
 // and cursors belong to the topic layer, which must delete them itself.
-func (a *Admin) DeleteTopic(ctx context.Context, ns, name string) error {
+func (a *Catalog) DeleteTopic(ctx context.Context, ns, name string) error {
 	rec, err := a.GetTopic(ctx, ns, name)
 	if err != nil {
 		return fmt.Errorf("delete topic: %w", err)
@@ -176,7 +176,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, ns, name string) error {
 	return nil
 }
 
-func (a *Admin) deleteTopicAgain(ctx context.Context, prev TopicRecord) error {
+func (a *Catalog) deleteTopicAgain(ctx context.Context, prev Topic) error {
 	rec, err := a.GetTopic(ctx, prev.Namespace, prev.Name)
 	if err != nil {
 		return fmt.Errorf("delete topic: %w", err)
@@ -193,20 +193,20 @@ func (a *Admin) deleteTopicAgain(ctx context.Context, prev TopicRecord) error {
 }
 
 // updateTopic is the CAS loop under SetPartitions and UpdateConfigs.
-func (a *Admin) updateTopic(ctx context.Context, ns, name string, change func(*TopicRecord) error) (TopicRecord, error) {
+func (a *Catalog) updateTopic(ctx context.Context, ns, name string, change func(*Topic) error) (Topic, error) {
 	for {
 		rec, err := a.GetTopic(ctx, ns, name)
 		if err != nil {
-			return TopicRecord{}, err
+			return Topic{}, err
 		}
 		next := rec
 		next.Configs = maps.Clone(rec.Configs)
 		if err := change(&next); err != nil {
-			return TopicRecord{}, err
+			return Topic{}, err
 		}
 		value, err := json.Marshal(next)
 		if err != nil {
-			return TopicRecord{}, err
+			return Topic{}, err
 		}
 		v, err := a.store.Put(ctx, topicKey(ns, name), value, rec.Version)
 		switch {
@@ -216,15 +216,15 @@ func (a *Admin) updateTopic(ctx context.Context, ns, name string, change func(*T
 		case errors.Is(err, meta.ErrBadVersion):
 			continue
 		default:
-			return TopicRecord{}, casErr(err, ErrTopicNotFound)
+			return Topic{}, casErr(err, ErrTopicNotFound)
 		}
 	}
 }
 
 // SetPartitions grows a topic to count partitions. Shrinking, keeping the
 // count, or exceeding MaxPartitions fails with ErrInvalidPartitions.
-func (a *Admin) SetPartitions(ctx context.Context, ns, name string, count int32) (TopicRecord, error) {
-	rec, err := a.updateTopic(ctx, ns, name, func(r *TopicRecord) error {
+func (a *Catalog) SetPartitions(ctx context.Context, ns, name string, count int32) (Topic, error) {
+	rec, err := a.updateTopic(ctx, ns, name, func(r *Topic) error {
 		if count <= r.Partitions || count > MaxPartitions {
 			return fmt.Errorf("from %d to %d partitions (only growth up to %d): %w", r.Partitions, count, MaxPartitions, ErrInvalidPartitions)
 		}
@@ -232,29 +232,29 @@ func (a *Admin) SetPartitions(ctx context.Context, ns, name string, count int32)
 		return nil
 	})
 	if err != nil {
-		return TopicRecord{}, fmt.Errorf("set partitions of %s/%s: %w", ns, name, err)
+		return Topic{}, fmt.Errorf("set partitions of %s/%s: %w", ns, name, err)
 	}
 	return rec, nil
 }
 
 // SetConfigs replaces a topic's configs if its record is still at version
 // expected (from GetTopic); ErrConflict when it changed meanwhile.
-func (a *Admin) SetConfigs(ctx context.Context, ns, name string, configs map[string]string, expected meta.Version) (TopicRecord, error) {
+func (a *Catalog) SetConfigs(ctx context.Context, ns, name string, configs map[string]string, expected meta.Version) (Topic, error) {
 	rec, err := a.GetTopic(ctx, ns, name)
 	if err != nil {
-		return TopicRecord{}, fmt.Errorf("set configs: %w", err)
+		return Topic{}, fmt.Errorf("set configs: %w", err)
 	}
 	if rec.Version != expected {
-		return TopicRecord{}, fmt.Errorf("set configs of %s/%s: version %d, expected %d: %w", ns, name, rec.Version, expected, ErrConflict)
+		return Topic{}, fmt.Errorf("set configs of %s/%s: version %d, expected %d: %w", ns, name, rec.Version, expected, ErrConflict)
 	}
 	rec.Configs = maps.Clone(configs)
 	value, err := json.Marshal(rec)
 	if err != nil {
-		return TopicRecord{}, fmt.Errorf("set configs of %s/%s: %w", ns, name, err)
+		return Topic{}, fmt.Errorf("set configs of %s/%s: %w", ns, name, err)
 	}
 	v, err := a.store.Put(ctx, topicKey(ns, name), value, expected)
 	if err != nil {
-		return TopicRecord{}, fmt.Errorf("set configs of %s/%s: %w", ns, name, casErr(err, ErrTopicNotFound))
+		return Topic{}, fmt.Errorf("set configs of %s/%s: %w", ns, name, casErr(err, ErrTopicNotFound))
 	}
 	rec.Version = v
 	return rec, nil
@@ -263,15 +263,15 @@ func (a *Admin) SetConfigs(ctx context.Context, ns, name string, configs map[str
 // UpdateConfigs applies change to a copy of the topic's configs (never nil)
 // and writes it with compare-and-swap, retrying on concurrent updates (change
 // may run more than once). An error from change aborts without writing.
-func (a *Admin) UpdateConfigs(ctx context.Context, ns, name string, change func(configs map[string]string) error) (TopicRecord, error) {
-	rec, err := a.updateTopic(ctx, ns, name, func(r *TopicRecord) error {
+func (a *Catalog) UpdateConfigs(ctx context.Context, ns, name string, change func(configs map[string]string) error) (Topic, error) {
+	rec, err := a.updateTopic(ctx, ns, name, func(r *Topic) error {
 		if r.Configs == nil {
 			r.Configs = map[string]string{}
 		}
 		return change(r.Configs)
 	})
 	if err != nil {
-		return TopicRecord{}, fmt.Errorf("update configs of %s/%s: %w", ns, name, err)
+		return Topic{}, fmt.Errorf("update configs of %s/%s: %w", ns, name, err)
 	}
 	return rec, nil
 }

@@ -1,4 +1,4 @@
-package broker
+package ownership
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"quire/internal/catalog"
 	"quire/internal/meta"
 )
 
@@ -22,7 +23,7 @@ type Config struct {
 	Session meta.Session
 	// Self describes this broker. ID 0 allocates one from the "broker"
 	// sequence (see Cluster.Self for the result); Started 0 means now.
-	Self   BrokerInfo
+	Self   Member
 	Logger *slog.Logger
 
 	// OnAcquire and OnRelease tell the topic layer that this broker now owns,
@@ -32,8 +33,8 @@ type Config struct {
 	// concurrently; a bundle's release always follows its acquire. They must
 	// not call Unload or Close (those wait for event delivery); every other
 	// method is fine. Nil means no-op.
-	OnAcquire func(Bundle)
-	OnRelease func(Bundle)
+	OnAcquire func(catalog.Bundle)
+	OnRelease func(catalog.Bundle)
 
 	// AcquireGrace is how long a broker other than the rendezvous choice
 	// waits before taking an unowned bundle itself. Default 2 × session TTL.
@@ -71,7 +72,7 @@ type Config struct {
 // more. Build a new Cluster with a new session to rejoin.
 type Cluster struct {
 	cfg    Config
-	admin  *Admin
+	admin  *catalog.Catalog
 	logger *slog.Logger
 	events *eventQueue
 
@@ -83,12 +84,12 @@ type Cluster struct {
 	closeOnce, doneOnce sync.Once
 
 	mu           sync.Mutex
-	self         BrokerInfo
+	self         Member
 	registration meta.Version // of our broker key
 	started      bool
 	lost         bool // the session ended
 	closing      bool // Close began
-	brokers      map[int32]BrokerInfo
+	brokers      map[int32]Member
 	// brokerSeen is when this broker first saw each live broker.
 	brokerSeen map[int32]time.Time
 	// brokersChanged and ownersChanged are closed (and replaced) on changes.
@@ -98,25 +99,25 @@ type Cluster struct {
 	namespaces        map[string][]uint32
 	namespacesChanged chan struct{}
 	// owners is the ownership keys as last seen through the watch.
-	owners map[Bundle]ownerEntry
+	owners map[catalog.Bundle]ownerEntry
 	// owned holds the bundles this broker acquired and still owns, with the
 	// version of the ownership key it created.
 	// Invariant: every bundle in owned had exactly one acquire event pushed
 	// and no release event yet.
-	owned map[Bundle]meta.Version
+	owned map[catalog.Bundle]meta.Version
 	// unloading holds the bundles an Unload released, with the version of
 	// the key it deletes, until the watch reports that key gone (or the
 	// delete failed): until then our own key in the cache is not an orphan
 	// to adopt.
-	unloading map[Bundle]meta.Version
+	unloading map[catalog.Bundle]meta.Version
 	// unownedSince is when the reconciler first saw each bundle unowned.
-	unownedSince map[Bundle]time.Time
+	unownedSince map[catalog.Bundle]time.Time
 }
 
 // New checks cfg and returns a Cluster; Start joins the cluster.
 func New(cfg Config) (*Cluster, error) {
 	if cfg.Store == nil || cfg.Session == nil {
-		return nil, errors.New("broker: new cluster: Store and Session are required")
+		return nil, errors.New("ownership: new cluster: Store and Session are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -133,22 +134,22 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	return &Cluster{
 		cfg:               cfg,
-		admin:             NewAdmin(cfg.Store),
+		admin:             catalog.New(cfg.Store),
 		logger:            cfg.Logger,
 		events:            newEventQueue(cfg.OnAcquire, cfg.OnRelease),
 		kickCh:            make(chan struct{}, 1),
 		done:              make(chan struct{}),
 		self:              cfg.Self,
-		brokers:           map[int32]BrokerInfo{},
+		brokers:           map[int32]Member{},
 		brokerSeen:        map[int32]time.Time{},
 		brokersChanged:    make(chan struct{}),
 		ownersChanged:     make(chan struct{}),
 		namespaces:        map[string][]uint32{},
 		namespacesChanged: make(chan struct{}),
-		owners:            map[Bundle]ownerEntry{},
-		owned:             map[Bundle]meta.Version{},
-		unownedSince:      map[Bundle]time.Time{},
-		unloading:         map[Bundle]meta.Version{},
+		owners:            map[catalog.Bundle]ownerEntry{},
+		owned:             map[catalog.Bundle]meta.Version{},
+		unownedSince:      map[catalog.Bundle]time.Time{},
+		unloading:         map[catalog.Bundle]meta.Version{},
 	}, nil
 }
 
@@ -168,7 +169,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	mirrors := []*mirror{
 		{store: c.cfg.Store, prefix: BrokersPrefix, logger: c.logger, reset: c.resetBrokers, apply: c.applyBrokers},
-		{store: c.cfg.Store, prefix: NamespacesPrefix, logger: c.logger, reset: c.resetNamespaces, apply: c.applyNamespaces},
+		{store: c.cfg.Store, prefix: catalog.NamespacesPrefix, logger: c.logger, reset: c.resetNamespaces, apply: c.applyNamespaces},
 		{store: c.cfg.Store, prefix: OwnershipPrefix, logger: c.logger, reset: c.resetOwners, apply: c.applyOwners},
 	}
 	revs := make([]int64, len(mirrors))
@@ -256,14 +257,14 @@ func (c *Cluster) deregister() {
 func (c *Cluster) Done() <-chan struct{} { return c.done }
 
 // Self is this broker's registration (with its allocated id after Start).
-func (c *Cluster) Self() BrokerInfo {
+func (c *Cluster) Self() Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.self
 }
 
-// Admin returns an Admin on the Cluster's store.
-func (c *Cluster) Admin() *Admin { return c.admin }
+// Catalog returns an Catalog on the Cluster's store.
+func (c *Cluster) Catalog() *catalog.Catalog { return c.admin }
 
 // watchSession releases everything when the session ends.
 func (c *Cluster) watchSession(ctx context.Context) {
@@ -285,8 +286,8 @@ func (c *Cluster) watchSession(ctx context.Context) {
 	c.doneOnce.Do(func() { close(c.done) })
 }
 
-func (c *Cluster) ownedLocked() []Bundle {
-	out := make([]Bundle, 0, len(c.owned))
+func (c *Cluster) ownedLocked() []catalog.Bundle {
+	out := make([]catalog.Bundle, 0, len(c.owned))
 	for b := range c.owned {
 		out = append(out, b)
 	}
@@ -294,8 +295,8 @@ func (c *Cluster) ownedLocked() []Bundle {
 	return out
 }
 
-func sortBundles(bs []Bundle) {
-	slices.SortFunc(bs, func(a, b Bundle) int {
+func sortBundles(bs []catalog.Bundle) {
+	slices.SortFunc(bs, func(a, b catalog.Bundle) int {
 		switch {
 		case a.Namespace != b.Namespace:
 			if a.Namespace < b.Namespace {
@@ -330,7 +331,7 @@ func (c *Cluster) applyNamespaces(events []meta.Event) {
 	for _, ev := range events {
 		if ev.Type == meta.EventPut {
 			c.putNamespaceLocked(ev.Key, ev.Value)
-		} else if ns, ok := parseNamespaceKey(ev.Key); ok {
+		} else if ns, ok := catalog.ParseNamespaceKey(ev.Key); ok {
 			delete(c.namespaces, ns)
 		}
 	}
@@ -340,16 +341,16 @@ func (c *Cluster) applyNamespaces(events []meta.Event) {
 }
 
 func (c *Cluster) putNamespaceLocked(key string, value []byte) {
-	ns, ok := parseNamespaceKey(key)
+	ns, ok := catalog.ParseNamespaceKey(key)
 	if !ok {
 		return
 	}
-	var p Policies
+	var p catalog.Policies
 	if err := json.Unmarshal(value, &p); err != nil {
 		c.logger.Warn("broker: ignoring malformed namespace policies", "key", key, "err", err)
 		return
 	}
-	if err := validateBoundaries(p.Bundles.Boundaries); err != nil {
+	if err := catalog.ValidateBoundaries(p.Bundles.Boundaries); err != nil {
 		c.logger.Warn("broker: ignoring namespace with bad bundles", "key", key, "err", err)
 		return
 	}
@@ -364,31 +365,31 @@ func (c *Cluster) notifyNamespacesLocked() {
 // BundleOf returns the bundle of a persistent:// topic name (e.g. a
 // PartitionName) from the cached namespace policies; ErrNamespaceNotFound
 // when the namespace is not (yet) in the cache.
-func (c *Cluster) BundleOf(name string) (Bundle, error) {
-	ns, err := NamespaceOf(name)
+func (c *Cluster) BundleOf(name string) (catalog.Bundle, error) {
+	ns, err := catalog.NamespaceOf(name)
 	if err != nil {
-		return Bundle{}, fmt.Errorf("bundle of %s: %w", name, err)
+		return catalog.Bundle{}, fmt.Errorf("bundle of %s: %w", name, err)
 	}
 	c.mu.Lock()
 	bounds, ok := c.namespaces[ns]
 	c.mu.Unlock()
 	if !ok {
-		return Bundle{}, fmt.Errorf("bundle of %s: %w", name, ErrNamespaceNotFound)
+		return catalog.Bundle{}, fmt.Errorf("bundle of %s: %w", name, catalog.ErrNamespaceNotFound)
 	}
-	return BundleFor(ns, bounds, name), nil
+	return catalog.BundleFor(ns, bounds, name), nil
 }
 
 // bundleOfWait is BundleOf, but when the namespace is missing from the cache
 // and exists in the store (just created), it waits for the cache to catch up
 // (bounded by ctx and LookupWait).
-func (c *Cluster) bundleOfWait(ctx context.Context, name string) (Bundle, error) {
+func (c *Cluster) bundleOfWait(ctx context.Context, name string) (catalog.Bundle, error) {
 	b, err := c.BundleOf(name)
-	if !errors.Is(err, ErrNamespaceNotFound) {
+	if !errors.Is(err, catalog.ErrNamespaceNotFound) {
 		return b, err
 	}
-	ns, _ := NamespaceOf(name)
+	ns, _ := catalog.NamespaceOf(name)
 	if _, err := c.admin.GetPolicies(ctx, ns); err != nil {
-		return Bundle{}, fmt.Errorf("bundle of %s: %w", name, err)
+		return catalog.Bundle{}, fmt.Errorf("bundle of %s: %w", name, err)
 	}
 	timer := time.NewTimer(c.cfg.LookupWait)
 	defer timer.Stop()
@@ -398,14 +399,14 @@ func (c *Cluster) bundleOfWait(ctx context.Context, name string) (Bundle, error)
 		changed := c.namespacesChanged
 		c.mu.Unlock()
 		if ok {
-			return BundleFor(ns, bounds, name), nil
+			return catalog.BundleFor(ns, bounds, name), nil
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return Bundle{}, fmt.Errorf("bundle of %s: namespace not yet seen by the watch after %v: %w", name, c.cfg.LookupWait, meta.ErrUnavailable)
+			return catalog.Bundle{}, fmt.Errorf("bundle of %s: namespace not yet seen by the watch after %v: %w", name, c.cfg.LookupWait, meta.ErrUnavailable)
 		case <-ctx.Done():
-			return Bundle{}, fmt.Errorf("bundle of %s: %w", name, ctx.Err())
+			return catalog.Bundle{}, fmt.Errorf("bundle of %s: %w", name, ctx.Err())
 		}
 	}
 }
@@ -424,7 +425,7 @@ func (c *Cluster) Owns(name string) bool {
 }
 
 // OwnsBundle reports whether this broker owns bundle b.
-func (c *Cluster) OwnsBundle(b Bundle) bool {
+func (c *Cluster) OwnsBundle(b catalog.Bundle) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.owned[b]
@@ -432,7 +433,7 @@ func (c *Cluster) OwnsBundle(b Bundle) bool {
 }
 
 // OwnedBundles lists the bundles this broker owns, sorted.
-func (c *Cluster) OwnedBundles() []Bundle {
+func (c *Cluster) OwnedBundles() []catalog.Bundle {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ownedLocked()

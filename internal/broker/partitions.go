@@ -1,4 +1,4 @@
-package server
+package broker
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"quire/internal/bookie/wire"
-	"quire/internal/broker"
+	"quire/internal/catalog"
 	"quire/internal/mlog/mlogclient"
 	"quire/internal/topic"
 )
@@ -19,7 +19,7 @@ import (
 // loaded is a partition being loaded or served by this broker.
 type loaded struct {
 	name   string // partition name (persistent://…-partition-N)
-	bundle broker.Bundle
+	bundle catalog.Bundle
 	ready  chan struct{} // closed when load finished (p or err set)
 	p      *topic.Partition
 	ml     *mlogclient.Topic
@@ -38,7 +38,7 @@ func (l *loaded) partition() *topic.Partition {
 // storageName is the managed ledger of a partition: the partition name
 // qualified by the topic's id, so a topic deleted and created again never
 // finds the old one's ledgers.
-func storageName(partitionName string, id broker.TopicID) string {
+func storageName(partitionName string, id catalog.TopicID) string {
 	return partitionName + "@" + hex.EncodeToString(id[:8])
 }
 
@@ -51,7 +51,7 @@ func floorKey(storage string) string { return "/quire/kafka/floors/" + storage }
 // partition returns the served partition p of topic, loading it when this
 // broker owns its bundle.
 func (b *Broker) partition(ctx context.Context, topicName string, idx int32) (*topic.Partition, error) {
-	name := broker.PartitionName(b.cfg.Namespace, topicName, idx)
+	name := catalog.PartitionName(b.cfg.Namespace, topicName, idx)
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()
 		l := b.parts[name]
@@ -100,7 +100,7 @@ func (b *Broker) startLoad(ctx context.Context, topicName string, idx int32, nam
 		return nil, kerr.NotLeaderForPartition
 	}
 	rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, topicName)
-	if errors.Is(err, broker.ErrTopicNotFound) {
+	if errors.Is(err, catalog.ErrTopicNotFound) {
 		return nil, kerr.UnknownTopicOrPartition
 	}
 	if err != nil {
@@ -125,7 +125,7 @@ func (b *Broker) startLoad(ctx context.Context, topicName string, idx int32, nam
 	return l, nil
 }
 
-func (b *Broker) load(l *loaded, rec broker.TopicRecord) {
+func (b *Broker) load(l *loaded, rec catalog.Topic) {
 	defer close(l.ready)
 	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
 	defer cancel()
@@ -196,7 +196,7 @@ func (b *Broker) drop(l *loaded) {
 
 // onAcquire loads the partitions of a newly owned bundle eagerly, so that
 // after a failover producers find them recovered.
-func (b *Broker) onAcquire(bundle broker.Bundle) {
+func (b *Broker) onAcquire(bundle catalog.Bundle) {
 	if bundle.Namespace != b.cfg.Namespace {
 		return
 	}
@@ -214,7 +214,7 @@ func (b *Broker) onAcquire(bundle broker.Bundle) {
 		var wg sync.WaitGroup
 		for _, t := range topics {
 			for i := range t.Partitions {
-				name := broker.PartitionName(b.cfg.Namespace, t.Name, i)
+				name := catalog.PartitionName(b.cfg.Namespace, t.Name, i)
 				if bb, err := b.cluster.BundleOf(name); err != nil || bb != bundle {
 					continue
 				}
@@ -234,7 +234,7 @@ func (b *Broker) onAcquire(bundle broker.Bundle) {
 }
 
 // onRelease closes the partitions of a bundle this broker no longer owns.
-func (b *Broker) onRelease(bundle broker.Bundle) {
+func (b *Broker) onRelease(bundle catalog.Bundle) {
 	b.dropWhere(func(l *loaded) bool { return l.bundle == bundle })
 }
 

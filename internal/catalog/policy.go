@@ -1,4 +1,4 @@
-package broker
+package catalog
 
 import (
 	"context"
@@ -118,7 +118,7 @@ func (p Policies) Validate() error {
 	if p.MessageTTLSeconds < 0 {
 		return bad("message TTL %ds: must be >= 0", p.MessageTTLSeconds)
 	}
-	if err := validateBoundaries(p.Bundles.Boundaries); err != nil {
+	if err := ValidateBoundaries(p.Bundles.Boundaries); err != nil {
 		return bad("bundles: %v", err)
 	}
 	if p.Bundles.NumBundles != len(p.Bundles.Boundaries)-1 {
@@ -133,18 +133,18 @@ type TenantInfo struct {
 	Created    time.Time `json:"created"`
 }
 
-// Admin reads and writes tenants, namespaces and topic records. It holds no
+// Catalog reads and writes tenants, namespaces and topic records. It holds no
 // state of its own: every method is a store round trip (or a CAS loop), so
 // any number of brokers may use it concurrently. Safe for concurrent use.
-type Admin struct {
+type Catalog struct {
 	store meta.Store
 }
 
-// NewAdmin returns an Admin on store.
-func NewAdmin(store meta.Store) *Admin { return &Admin{store: store} }
+// New returns an Admin on store.
+func New(store meta.Store) *Catalog { return &Catalog{store: store} }
 
 // CreateTenant creates a tenant (ErrTenantExists if present).
-func (a *Admin) CreateTenant(ctx context.Context, tenant string, info TenantInfo) error {
+func (a *Catalog) CreateTenant(ctx context.Context, tenant string, info TenantInfo) error {
 	if err := ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("create tenant: %w", err)
 	}
@@ -165,12 +165,12 @@ func (a *Admin) CreateTenant(ctx context.Context, tenant string, info TenantInfo
 }
 
 // GetTenant returns a tenant's record (ErrTenantNotFound).
-func (a *Admin) GetTenant(ctx context.Context, tenant string) (TenantInfo, error) {
+func (a *Catalog) GetTenant(ctx context.Context, tenant string) (TenantInfo, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return TenantInfo{}, fmt.Errorf("get tenant: %w", err)
 	}
 	var info TenantInfo
-	if _, err := getJSON(ctx, a.store, tenantKey(tenant), &info); err != nil {
+	if _, err := meta.GetJSON(ctx, a.store, tenantKey(tenant), &info); err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
 			return TenantInfo{}, fmt.Errorf("get tenant %s: %w", tenant, ErrTenantNotFound)
 		}
@@ -180,8 +180,8 @@ func (a *Admin) GetTenant(ctx context.Context, tenant string) (TenantInfo, error
 }
 
 // ListTenants returns the tenant names, sorted.
-func (a *Admin) ListTenants(ctx context.Context) ([]string, error) {
-	kvs, _, err := listAll(ctx, a.store, TenantsPrefix)
+func (a *Catalog) ListTenants(ctx context.Context) ([]string, error) {
+	kvs, _, err := meta.ListAll(ctx, a.store, TenantsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
@@ -196,7 +196,7 @@ func (a *Admin) ListTenants(ctx context.Context) ([]string, error) {
 // The emptiness check and the delete are two steps: a namespace created in
 // between is left without its tenant record (Admin refuses to create one
 // under a missing tenant, so this needs two admins racing).
-func (a *Admin) DeleteTenant(ctx context.Context, tenant string) error {
+func (a *Catalog) DeleteTenant(ctx context.Context, tenant string) error {
 	if err := ValidateTenant(tenant); err != nil {
 		return fmt.Errorf("delete tenant: %w", err)
 	}
@@ -223,7 +223,7 @@ func (a *Admin) DeleteTenant(ctx context.Context, tenant string) error {
 // CreateNamespace creates namespace ns ("tenant/ns") with policies p (nil:
 // DefaultPolicies). p is normalized, then validated. Fails with
 // ErrTenantNotFound, ErrNamespaceExists or ErrInvalidPolicies.
-func (a *Admin) CreateNamespace(ctx context.Context, ns string, p *Policies) error {
+func (a *Catalog) CreateNamespace(ctx context.Context, ns string, p *Policies) error {
 	tenant, _, err := ParseNamespace(ns)
 	if err != nil {
 		return fmt.Errorf("create namespace: %w", err)
@@ -257,17 +257,17 @@ func (a *Admin) CreateNamespace(ctx context.Context, ns string, p *Policies) err
 }
 
 // GetPolicies returns a namespace's policies (ErrNamespaceNotFound).
-func (a *Admin) GetPolicies(ctx context.Context, ns string) (Policies, error) {
+func (a *Catalog) GetPolicies(ctx context.Context, ns string) (Policies, error) {
 	p, _, err := a.getPolicies(ctx, ns)
 	return p, err
 }
 
-func (a *Admin) getPolicies(ctx context.Context, ns string) (Policies, meta.Version, error) {
+func (a *Catalog) getPolicies(ctx context.Context, ns string) (Policies, meta.Version, error) {
 	if _, _, err := ParseNamespace(ns); err != nil {
 		return Policies{}, 0, fmt.Errorf("get policies: %w", err)
 	}
 	var p Policies
-	v, err := getJSON(ctx, a.store, namespaceKey(ns), &p)
+	v, err := meta.GetJSON(ctx, a.store, namespaceKey(ns), &p)
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
 			return Policies{}, 0, fmt.Errorf("get policies of %s: %w", ns, ErrNamespaceNotFound)
@@ -282,7 +282,7 @@ func (a *Admin) getPolicies(ctx context.Context, ns string) (Policies, meta.Vers
 // (change may run more than once). The result must validate, and its bundle
 // boundaries must refine the current ones: bundles split, never merge.
 // If change returns an error, nothing is written and that error is returned.
-func (a *Admin) UpdatePolicies(ctx context.Context, ns string, change func(*Policies) error) (Policies, error) {
+func (a *Catalog) UpdatePolicies(ctx context.Context, ns string, change func(*Policies) error) (Policies, error) {
 	for {
 		cur, version, err := a.getPolicies(ctx, ns)
 		if err != nil {
@@ -323,7 +323,7 @@ func (a *Admin) UpdatePolicies(ctx context.Context, ns string, change func(*Poli
 // sees the new boundaries, and the two halves are placed like any unowned
 // bundle. Fails with ErrInvalidPolicies when b is not a current bundle or
 // cannot be split further.
-func (a *Admin) SplitBundle(ctx context.Context, b Bundle) ([]Bundle, error) {
+func (a *Catalog) SplitBundle(ctx context.Context, b Bundle) ([]Bundle, error) {
 	p, err := a.UpdatePolicies(ctx, b.Namespace, func(p *Policies) error {
 		next, ok := splitBoundaries(p.Bundles.Boundaries, b)
 		if !ok {
@@ -341,7 +341,7 @@ func (a *Admin) SplitBundle(ctx context.Context, b Bundle) ([]Bundle, error) {
 
 // ListNamespaces returns the namespaces ("tenant/ns") of tenant, sorted;
 // tenant "" lists every namespace.
-func (a *Admin) ListNamespaces(ctx context.Context, tenant string) ([]string, error) {
+func (a *Catalog) ListNamespaces(ctx context.Context, tenant string) ([]string, error) {
 	prefix := NamespacesPrefix
 	if tenant != "" {
 		if err := ValidateTenant(tenant); err != nil {
@@ -349,13 +349,13 @@ func (a *Admin) ListNamespaces(ctx context.Context, tenant string) ([]string, er
 		}
 		prefix = tenantNamespacesPrefix(tenant)
 	}
-	kvs, _, err := listAll(ctx, a.store, prefix)
+	kvs, _, err := meta.ListAll(ctx, a.store, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list namespaces of %q: %w", tenant, err)
 	}
 	out := make([]string, 0, len(kvs))
 	for _, kv := range kvs {
-		if ns, ok := parseNamespaceKey(kv.Key); ok {
+		if ns, ok := ParseNamespaceKey(kv.Key); ok {
 			out = append(out, ns)
 		}
 	}
@@ -363,7 +363,7 @@ func (a *Admin) ListNamespaces(ctx context.Context, tenant string) ([]string, er
 }
 
 // DeleteNamespace deletes a namespace without topics (ErrNotEmpty otherwise).
-func (a *Admin) DeleteNamespace(ctx context.Context, ns string) error {
+func (a *Catalog) DeleteNamespace(ctx context.Context, ns string) error {
 	_, version, err := a.getPolicies(ctx, ns)
 	if err != nil {
 		return fmt.Errorf("delete namespace: %w", err)
@@ -384,7 +384,7 @@ func (a *Admin) DeleteNamespace(ctx context.Context, ns string) error {
 // EnsureDefaults creates tenant DefaultTenant and namespace DefaultNamespace
 // (DefaultPolicies) if absent. Idempotent, and safe when several brokers run
 // it at once: creation is create-if-absent, and losing that race is success.
-func (a *Admin) EnsureDefaults(ctx context.Context) error {
+func (a *Catalog) EnsureDefaults(ctx context.Context) error {
 	if err := a.CreateTenant(ctx, DefaultTenant, TenantInfo{}); err != nil && !errors.Is(err, ErrTenantExists) {
 		return fmt.Errorf("ensure defaults: %w", err)
 	}
@@ -404,40 +404,4 @@ func casErr(err, notFound error) error {
 		return fmt.Errorf("%w: %w", notFound, err)
 	}
 	return err
-}
-
-// getJSON reads key into v and returns its version.
-func getJSON(ctx context.Context, store meta.Store, key string, v any) (meta.Version, error) {
-	kv, err := store.Get(ctx, key)
-	if err != nil {
-		return 0, err
-	}
-	if err := json.Unmarshal(kv.Value, v); err != nil {
-		return 0, fmt.Errorf("decode %s: %w", key, err)
-	}
-	return kv.Version, nil
-}
-
-// listAll lists every key under prefix, page by page. The revision is the
-// first page's: watching from it + 1 replays every change made during and
-// after the listing, so a mirror that applies those events in order ends up
-// exact even though later pages were read at later revisions.
-func listAll(ctx context.Context, store meta.Store, prefix string) ([]meta.KV, int64, error) {
-	var out []meta.KV
-	var rev int64
-	after := ""
-	for {
-		res, err := store.List(ctx, prefix, meta.ListOptions{After: after})
-		if err != nil {
-			return nil, 0, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		if rev == 0 {
-			rev = res.Revision
-		}
-		out = append(out, res.KVs...)
-		if !res.More || len(res.KVs) == 0 {
-			return out, rev, nil
-		}
-		after = res.KVs[len(res.KVs)-1].Key
-	}
 }

@@ -1,4 +1,4 @@
-package broker
+package ownership
 
 import (
 	"context"
@@ -13,21 +13,22 @@ import (
 	"testing"
 	"time"
 
+	"quire/internal/catalog"
 	"quire/internal/meta"
 )
 
 // recorder collects a Cluster's ownership events.
 type recorder struct {
 	mu       sync.Mutex
-	held     map[Bundle]bool
+	held     map[catalog.Bundle]bool
 	acquires int
 	releases int
 	bad      []string // protocol violations: double acquire, release of a bundle not held
 }
 
-func newRecorder() *recorder { return &recorder{held: map[Bundle]bool{}} }
+func newRecorder() *recorder { return &recorder{held: map[catalog.Bundle]bool{}} }
 
-func (r *recorder) onAcquire(b Bundle) {
+func (r *recorder) onAcquire(b catalog.Bundle) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.held[b] {
@@ -37,7 +38,7 @@ func (r *recorder) onAcquire(b Bundle) {
 	r.acquires++
 }
 
-func (r *recorder) onRelease(b Bundle) {
+func (r *recorder) onRelease(b catalog.Bundle) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.held[b] {
@@ -47,10 +48,10 @@ func (r *recorder) onRelease(b Bundle) {
 	r.releases++
 }
 
-func (r *recorder) snapshot() (held map[Bundle]bool, acquires, releases int) {
+func (r *recorder) snapshot() (held map[catalog.Bundle]bool, acquires, releases int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	held = map[Bundle]bool{}
+	held = map[catalog.Bundle]bool{}
 	for b := range r.held {
 		held[b] = true
 	}
@@ -100,7 +101,7 @@ func startMemBroker(t *testing.T, srv *meta.MemServer, o brokerOpts) *testBroker
 	tb.cluster, err = New(Config{
 		Store:        tb.client,
 		Session:      tb.session,
-		Self:         BrokerInfo{ID: o.id, KafkaAddr: fmt.Sprintf("127.0.0.1:%d", 9092+o.id), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 8080+o.id), Zone: "z1"},
+		Self:         Member{ID: o.id, KafkaAddr: fmt.Sprintf("127.0.0.1:%d", 9092+o.id), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 8080+o.id), Zone: "z1"},
 		Logger:       quietLogger(),
 		OnAcquire:    tb.rec.onAcquire,
 		OnRelease:    tb.rec.onRelease,
@@ -138,9 +139,9 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 
 // waitEventsMatch waits until the events delivered (asynchronously) to rec
 // add up to c.OwnedBundles, and returns the bundles held.
-func waitEventsMatch(t *testing.T, rec *recorder, c *Cluster) map[Bundle]bool {
+func waitEventsMatch(t *testing.T, rec *recorder, c *Cluster) map[catalog.Bundle]bool {
 	t.Helper()
-	var held map[Bundle]bool
+	var held map[catalog.Bundle]bool
 	waitFor(t, 5*time.Second, "events match OwnedBundles", func() bool {
 		held, _, _ = rec.snapshot()
 		owned := c.OwnedBundles()
@@ -158,8 +159,8 @@ func waitEventsMatch(t *testing.T, rec *recorder, c *Cluster) map[Bundle]bool {
 }
 
 // ownedBy returns, per bundle, the brokers that believe they own it.
-func ownedBy(brokers ...*testBroker) map[Bundle][]int32 {
-	out := map[Bundle][]int32{}
+func ownedBy(brokers ...*testBroker) map[catalog.Bundle][]int32 {
+	out := map[catalog.Bundle][]int32{}
 	for _, b := range brokers {
 		for _, bundle := range b.cluster.OwnedBundles() {
 			out[bundle] = append(out[bundle], b.cluster.Self().ID)
@@ -171,7 +172,7 @@ func ownedBy(brokers ...*testBroker) map[Bundle][]int32 {
 // allOwnedOnce: every bundle of bounds is owned by exactly one broker.
 func allOwnedOnce(ns string, bounds []uint32, brokers ...*testBroker) bool {
 	owners := ownedBy(brokers...)
-	for _, b := range BundlesOf(ns, bounds) {
+	for _, b := range catalog.BundlesOf(ns, bounds) {
 		if len(owners[b]) != 1 {
 			return false
 		}
@@ -179,19 +180,19 @@ func allOwnedOnce(ns string, bounds []uint32, brokers ...*testBroker) bool {
 	return true
 }
 
-func createNamespace(t *testing.T, a *Admin, ns string, bundles int) []uint32 {
+func createNamespace(t *testing.T, a *catalog.Catalog, ns string, bundles int) []uint32 {
 	t.Helper()
 	ctx := context.Background()
-	tenant, _, _ := ParseNamespace(ns)
-	if err := a.CreateTenant(ctx, tenant, TenantInfo{}); err != nil && !errors.Is(err, ErrTenantExists) {
+	tenant, _, _ := catalog.ParseNamespace(ns)
+	if err := a.CreateTenant(ctx, tenant, catalog.TenantInfo{}); err != nil && !errors.Is(err, catalog.ErrTenantExists) {
 		t.Fatal(err)
 	}
-	p := DefaultPolicies()
-	p.Bundles = BundlesPolicy{NumBundles: bundles}
+	p := catalog.DefaultPolicies()
+	p.Bundles = catalog.BundlesPolicy{NumBundles: bundles}
 	if err := a.CreateNamespace(ctx, ns, &p); err != nil {
 		t.Fatal(err)
 	}
-	return EqualBoundaries(bundles)
+	return catalog.EqualBoundaries(bundles)
 }
 
 // waitBrokers waits until every cluster sees n live brokers.
@@ -233,7 +234,7 @@ func TestRegistry(t *testing.T) {
 	other := srv.NewClient()
 	defer other.Close()
 	s, _ := other.NewSession(ctx, 2*time.Second)
-	dup, _ := New(Config{Store: other, Session: s, Self: BrokerInfo{ID: 100, KafkaAddr: "10.0.0.9:9092"}, Logger: quietLogger()})
+	dup, _ := New(Config{Store: other, Session: s, Self: Member{ID: 100, KafkaAddr: "10.0.0.9:9092"}, Logger: quietLogger()})
 	if err := dup.Start(ctx); !errors.Is(err, ErrBrokerIDInUse) {
 		t.Fatalf("duplicate id: %v", err)
 	}
@@ -266,14 +267,14 @@ func TestLookupAgrees(t *testing.T) {
 	b := startMemBroker(t, srv, brokerOpts{id: 2})
 	waitBrokers(t, 2, a, b)
 	const ns = "acme/orders"
-	bounds := createNamespace(t, a.cluster.Admin(), ns, 16)
+	bounds := createNamespace(t, a.cluster.Catalog(), ns, 16)
 	ctx := context.Background()
 	// Lookups right after creation, from both brokers at once.
 	var wg sync.WaitGroup
-	results := make([][2]BrokerInfo, 32)
+	results := make([][2]Member, 32)
 	errs := make([]error, 64)
 	for i := range results {
-		name := PartitionName(ns, "t", int32(i))
+		name := catalog.PartitionName(ns, "t", int32(i))
 		for j, tb := range []*testBroker{a, b} {
 			wg.Add(1)
 			go func() {
@@ -292,13 +293,13 @@ func TestLookupAgrees(t *testing.T) {
 		if r[0].ID != r[1].ID || r[0].KafkaAddr != r[1].KafkaAddr {
 			t.Fatalf("partition %d: broker 1 says %+v, broker 2 says %+v", i, r[0], r[1])
 		}
-		name := PartitionName(ns, "t", int32(i))
+		name := catalog.PartitionName(ns, "t", int32(i))
 		owner := map[int32]*testBroker{1: a, 2: b}[r[0].ID]
 		if owner == nil || !owner.cluster.Owns(name) {
 			t.Fatalf("partition %d: owner %d does not own it", i, r[0].ID)
 		}
 		// The rendezvous choice took it.
-		if want := rendezvousChoice(BundleFor(ns, bounds, name), []int32{1, 2}); r[0].ID != want {
+		if want := rendezvousChoice(catalog.BundleFor(ns, bounds, name), []int32{1, 2}); r[0].ID != want {
 			t.Fatalf("partition %d owned by %d, rendezvous chose %d", i, r[0].ID, want)
 		}
 	}
@@ -310,7 +311,7 @@ func TestLookupAgrees(t *testing.T) {
 		// OwnerOf (cache only) agrees once the watch caught up.
 		waitFor(t, 5*time.Second, "caches agree", func() bool {
 			for i := range 32 {
-				name := PartitionName(ns, "t", int32(i))
+				name := catalog.PartitionName(ns, "t", int32(i))
 				o, ok := tb.cluster.OwnerOf(name)
 				if !ok || o.Owner.ID != results[i][0].ID || o.Version == 0 {
 					return false
@@ -319,10 +320,10 @@ func TestLookupAgrees(t *testing.T) {
 			return true
 		})
 	}
-	if _, err := a.cluster.Lookup(ctx, PartitionName("acme/none", "t", 0)); !errors.Is(err, ErrNamespaceNotFound) {
+	if _, err := a.cluster.Lookup(ctx, catalog.PartitionName("acme/none", "t", 0)); !errors.Is(err, catalog.ErrNamespaceNotFound) {
 		t.Fatalf("lookup in a missing namespace: %v", err)
 	}
-	if _, err := a.cluster.Lookup(ctx, "orders"); !errors.Is(err, ErrInvalidTopicName) {
+	if _, err := a.cluster.Lookup(ctx, "orders"); !errors.Is(err, catalog.ErrInvalidTopicName) {
 		t.Fatalf("lookup of a bad name: %v", err)
 	}
 }
@@ -335,7 +336,7 @@ func TestRendezvousSpreadsBundles(t *testing.T) {
 		startMemBroker(t, srv, brokerOpts{id: 3}),
 	}
 	waitBrokers(t, 3, brokers...)
-	bounds := createNamespace(t, brokers[0].cluster.Admin(), "acme/wide", 64)
+	bounds := createNamespace(t, brokers[0].cluster.Catalog(), "acme/wide", 64)
 	waitFor(t, 5*time.Second, "64 bundles owned", func() bool { return allOwnedOnce("acme/wide", bounds, brokers...) })
 	for _, tb := range brokers {
 		n := len(tb.cluster.OwnedBundles())
@@ -354,14 +355,14 @@ func TestFailover(t *testing.T) {
 	b := startMemBroker(t, srv, brokerOpts{id: 2})
 	waitBrokers(t, 2, a, b)
 	const ns = "acme/orders"
-	bounds := createNamespace(t, a.cluster.Admin(), ns, 16)
+	bounds := createNamespace(t, a.cluster.Catalog(), ns, 16)
 	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
 	aHeld := waitEventsMatch(t, a.rec, a.cluster)
 	if len(aHeld) == 0 || len(b.cluster.OwnedBundles()) == 0 {
 		t.Fatalf("rendezvous left a broker empty: a=%d b=%d", len(aHeld), len(b.cluster.OwnedBundles()))
 	}
 
-	var moved Bundle
+	var moved catalog.Bundle
 	for bundle := range aHeld {
 		moved = bundle
 	}
@@ -397,10 +398,10 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("ownership of %s: before %+v, after %+v: the epoch must grow", moved, before, after)
 	}
 	ctx := context.Background()
-	if _, err := a.cluster.Lookup(ctx, PartitionName(ns, "t", 0)); !errors.Is(err, ErrSessionLost) {
+	if _, err := a.cluster.Lookup(ctx, catalog.PartitionName(ns, "t", 0)); !errors.Is(err, ErrSessionLost) {
 		t.Fatalf("lookup on the dead broker: %v", err)
 	}
-	if o, err := b.cluster.Lookup(ctx, PartitionName(ns, "t", 0)); err != nil || o.ID != 2 {
+	if o, err := b.cluster.Lookup(ctx, catalog.PartitionName(ns, "t", 0)); err != nil || o.ID != 2 {
 		t.Fatalf("lookup on the survivor: %+v %v", o, err)
 	}
 	// A broker's registration left with its session.
@@ -414,7 +415,7 @@ func TestGracefulClose(t *testing.T) {
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
 	b := startMemBroker(t, srv, brokerOpts{id: 2})
 	waitBrokers(t, 2, a, b)
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 8)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 8)
 	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
 	if err := a.cluster.Close(); err != nil {
 		t.Fatal(err)
@@ -429,7 +430,7 @@ func TestGracefulClose(t *testing.T) {
 	default:
 		t.Fatal("Done open after Close")
 	}
-	if _, err := a.cluster.Lookup(context.Background(), PartitionName("acme/orders", "t", 0)); !errors.Is(err, ErrClosed) {
+	if _, err := a.cluster.Lookup(context.Background(), catalog.PartitionName("acme/orders", "t", 0)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("lookup after close: %v", err)
 	}
 }
@@ -458,9 +459,9 @@ func TestGracePeriod(t *testing.T) {
 			a := startMemBroker(t, srv, brokerOpts{id: 1, acquireGrace: tt.acquireGrace, lookupWait: 100 * time.Millisecond})
 			waitBrokers(t, 2, a)
 			start := time.Now()
-			bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 16)
-			var stalledBundles []Bundle
-			for _, b := range BundlesOf("acme/orders", bounds) {
+			bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 16)
+			var stalledBundles []catalog.Bundle
+			for _, b := range catalog.BundlesOf("acme/orders", bounds) {
 				if rendezvousChoice(b, []int32{1, 7}) == 7 {
 					stalledBundles = append(stalledBundles, b)
 				}
@@ -477,8 +478,8 @@ func TestGracePeriod(t *testing.T) {
 			}
 			var name string
 			for i := int32(0); name == ""; i++ {
-				n := PartitionName("acme/orders", "t", i)
-				if BundleFor("acme/orders", bounds, n) == stalledBundles[0] {
+				n := catalog.PartitionName("acme/orders", "t", i)
+				if catalog.BundleFor("acme/orders", bounds, n) == stalledBundles[0] {
 					name = n
 				}
 			}
@@ -501,10 +502,10 @@ func TestGracePeriod(t *testing.T) {
 func TestSplitMovesOwnership(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
 	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
-	first := BundlesOf("acme/orders", bounds)[0]
-	halves, err := a.cluster.Admin().SplitBundle(context.Background(), first)
+	first := catalog.BundlesOf("acme/orders", bounds)[0]
+	halves, err := a.cluster.Catalog().SplitBundle(context.Background(), first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,13 +520,13 @@ func TestSplitMovesOwnership(t *testing.T) {
 func TestUnload(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
 	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
-	b := BundlesOf("acme/orders", bounds)[1]
+	b := catalog.BundlesOf("acme/orders", bounds)[1]
 	if err := a.cluster.Unload(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.cluster.Unload(context.Background(), Bundle{Namespace: "acme/none", Lower: 0, Upper: 1}); !errors.Is(err, ErrNotOwner) {
+	if err := a.cluster.Unload(context.Background(), catalog.Bundle{Namespace: "acme/none", Lower: 0, Upper: 1}); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("unload of a bundle not owned: %v", err)
 	}
 	waitFor(t, 5*time.Second, "reacquired", func() bool {
@@ -542,7 +543,7 @@ func TestDisconnectedBrokerLosesSession(t *testing.T) {
 	a := startMemBroker(t, srv, brokerOpts{id: 1, ttl: 300 * time.Millisecond})
 	b := startMemBroker(t, srv, brokerOpts{id: 2, ttl: 2 * time.Second})
 	waitBrokers(t, 2, a, b)
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 8)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 8)
 	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
 	a.client.Disconnect()
 	waitFor(t, 5*time.Second, "survivor owns all", func() bool { return allOwnedOnce("acme/orders", bounds, b) })
@@ -565,16 +566,16 @@ func TestNoGoroutineLeak(t *testing.T) {
 	client := srv.NewClient()
 	ctx := context.Background()
 	session, _ := client.NewSession(ctx, 2*time.Second)
-	if err := NewAdmin(client).EnsureDefaults(ctx); err != nil {
+	if err := catalog.New(client).EnsureDefaults(ctx); err != nil {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
 	for range 3 {
-		c, _ := New(Config{Store: client, Session: session, Self: BrokerInfo{ID: 1, KafkaAddr: "a:1"}, Logger: quietLogger()})
+		c, _ := New(Config{Store: client, Session: session, Self: Member{ID: 1, KafkaAddr: "a:1"}, Logger: quietLogger()})
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Lookup(ctx, PartitionName(DefaultNamespace, "t", 0)); err != nil {
+		if _, err := c.Lookup(ctx, catalog.PartitionName(catalog.DefaultNamespace, "t", 0)); err != nil {
 			t.Fatal(err)
 		}
 		c.Close()
@@ -588,12 +589,12 @@ func TestNoGoroutineLeak(t *testing.T) {
 func TestWatchCompactedRelists(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/one", 2)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/one", 2)
 	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
 	// Break every watch, and make its resumption point unavailable.
 	srv.Compact(srv.Revision())
 	srv.DisconnectWatches()
-	bounds2 := createNamespace(t, a.cluster.Admin(), "acme/two", 4)
+	bounds2 := createNamespace(t, a.cluster.Catalog(), "acme/two", 4)
 	waitFor(t, 5*time.Second, "new namespace owned after relist", func() bool { return allOwnedOnce("acme/two", bounds2, a) })
 	waitFor(t, 5*time.Second, "old namespace still owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
 }
@@ -603,9 +604,9 @@ func TestWatchCompactedRelists(t *testing.T) {
 func TestForeignDeleteOfOwnership(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
 	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
-	b := BundlesOf("acme/orders", bounds)[0]
+	b := catalog.BundlesOf("acme/orders", bounds)[0]
 	op := srv.NewClient()
 	defer op.Close()
 	kv, err := op.Get(context.Background(), ownershipKey(b))
@@ -622,37 +623,18 @@ func TestForeignDeleteOfOwnership(t *testing.T) {
 	})
 }
 
-func TestDeleteTopicRecreated(t *testing.T) {
-	ctx := context.Background()
-	_, a := newMemAdmin(t)
-	if err := a.EnsureDefaults(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first, _ := a.CreateTopic(ctx, DefaultNamespace, "t", 1, nil)
-	if err := a.DeleteTopic(ctx, DefaultNamespace, "t"); err != nil {
-		t.Fatal(err)
-	}
-	second, _ := a.CreateTopic(ctx, DefaultNamespace, "t", 1, nil)
-	if err := a.deleteTopicAgain(ctx, first); !errors.Is(err, ErrTopicNotFound) {
-		t.Fatalf("delete of a recreated topic: %v", err)
-	}
-	if got, err := a.GetTopic(ctx, DefaultNamespace, "t"); err != nil || got.ID != second.ID {
-		t.Fatalf("the new topic was deleted: %+v %v", got, err)
-	}
-}
-
 // TestHandoffOnJoin: with HandoffAfter set, a broker that joins late gets
 // exactly the bundles rendezvous gives it, each moved once.
 func TestHandoffOnJoin(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1, handoffAfter: 200 * time.Millisecond})
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 32)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 32)
 	waitFor(t, 5*time.Second, "first broker owns all", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 	joined := time.Now()
 	b := startMemBroker(t, srv, brokerOpts{id: 2, handoffAfter: 200 * time.Millisecond})
-	want := map[Bundle]int32{}
+	want := map[catalog.Bundle]int32{}
 	toB := 0
-	for _, bundle := range BundlesOf("acme/orders", bounds) {
+	for _, bundle := range catalog.BundlesOf("acme/orders", bounds) {
 		want[bundle] = rendezvousChoice(bundle, []int32{1, 2})
 		if want[bundle] == 2 {
 			toB++
@@ -684,9 +666,9 @@ func TestHandoffOnJoin(t *testing.T) {
 func TestUnloadDeleteFailsAdopts(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
-	bounds := createNamespace(t, a.cluster.Admin(), "acme/orders", 2)
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
 	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
-	b := BundlesOf("acme/orders", bounds)[0]
+	b := catalog.BundlesOf("acme/orders", bounds)[0]
 	srv.SetFault(func(op meta.Op, key string) error {
 		if op == meta.OpDelete && strings.HasPrefix(key, OwnershipPrefix) {
 			return meta.ErrUnavailable

@@ -1,11 +1,15 @@
-package broker
+package ownership
 
-import "sync"
+import (
+	"sync"
+
+	"quire/internal/catalog"
+)
 
 // event is one ownership change for the layer above.
 type event struct {
 	acquired bool
-	bundle   Bundle
+	bundle   catalog.Bundle
 	// delivered, when set, is closed after the callback returned.
 	delivered chan struct{}
 }
@@ -15,7 +19,7 @@ type event struct {
 // events per bundle are ever pending in practice), so the cluster's own
 // goroutines never wait on a slow callback.
 type eventQueue struct {
-	onAcquire, onRelease func(Bundle)
+	onAcquire, onRelease func(catalog.Bundle)
 
 	mu      sync.Mutex
 	items   []event
@@ -24,12 +28,12 @@ type eventQueue struct {
 	exited  chan struct{}
 }
 
-func newEventQueue(onAcquire, onRelease func(Bundle)) *eventQueue {
+func newEventQueue(onAcquire, onRelease func(catalog.Bundle)) *eventQueue {
 	if onAcquire == nil {
-		onAcquire = func(Bundle) {}
+		onAcquire = func(catalog.Bundle) {}
 	}
 	if onRelease == nil {
-		onRelease = func(Bundle) {}
+		onRelease = func(catalog.Bundle) {}
 	}
 	return &eventQueue{onAcquire: onAcquire, onRelease: onRelease, signal: make(chan struct{}, 1), exited: make(chan struct{})}
 }

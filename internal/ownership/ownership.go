@@ -1,4 +1,4 @@
-package broker
+package ownership
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"quire/internal/catalog"
 	"quire/internal/meta"
 )
 
@@ -33,7 +34,7 @@ const maxAcquireAttempts = 8
 
 func (c *Cluster) resetOwners(kvs []meta.KV, rev int64) {
 	c.mu.Lock()
-	c.owners = map[Bundle]ownerEntry{}
+	c.owners = map[catalog.Bundle]ownerEntry{}
 	for _, kv := range kvs {
 		c.putOwnerLocked(kv.Key, kv.Value, kv.Version)
 	}
@@ -100,7 +101,7 @@ func (c *Cluster) putOwnerLocked(key string, value []byte, version meta.Version)
 
 // loseLocked drops an owned bundle without deleting its key and tells the
 // topic layer.
-func (c *Cluster) loseLocked(b Bundle, why string) {
+func (c *Cluster) loseLocked(b catalog.Bundle, why string) {
 	delete(c.owned, b)
 	c.events.push(event{bundle: b})
 	c.logger.Warn("broker: lost bundle", "bundle", b, "why", why)
@@ -120,17 +121,17 @@ func (c *Cluster) kick() {
 
 // ownerInfoLocked turns an ownership value into a BrokerInfo, completed from
 // the broker cache when the owner is registered.
-func (c *Cluster) ownerInfoLocked(o ownerValue) BrokerInfo {
+func (c *Cluster) ownerInfoLocked(o ownerValue) Member {
 	if info, ok := c.brokers[o.BrokerID]; ok && info.KafkaAddr == o.KafkaAddr {
 		return info
 	}
-	return BrokerInfo{ID: o.BrokerID, KafkaAddr: o.KafkaAddr, HTTPAddr: o.HTTPAddr}
+	return Member{ID: o.BrokerID, KafkaAddr: o.KafkaAddr, HTTPAddr: o.HTTPAddr}
 }
 
 // Ownership is a bundle's current owner as the cache last saw it.
 type Ownership struct {
-	Bundle Bundle
-	Owner  BrokerInfo
+	Bundle catalog.Bundle
+	Owner  Member
 	// Version is the version of the ownership key (a store revision). It
 	// grows with every change of owner, so it can serve as Kafka's leader
 	// epoch (truncated to int32, which wraps only after 2³¹ store writes).
@@ -149,7 +150,7 @@ func (c *Cluster) OwnerOf(name string) (Ownership, bool) {
 }
 
 // BundleOwner returns the cached owner of bundle b (false when unowned).
-func (c *Cluster) BundleOwner(b Bundle) (Ownership, bool) {
+func (c *Cluster) BundleOwner(b catalog.Bundle) (Ownership, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if v, mine := c.owned[b]; mine {
@@ -168,7 +169,7 @@ func (c *Cluster) BundleOwner(b Bundle) (Ownership, bool) {
 // (highest-random-weight) score for bundle b, -1 for no brokers. Every broker
 // computes the same choice from the same live set; when a broker leaves,
 // only its own bundles move.
-func rendezvousChoice(b Bundle, brokers []int32) int32 {
+func rendezvousChoice(b catalog.Bundle, brokers []int32) int32 {
 	h := fnv.New64a()
 	h.Write([]byte(b.String()))
 	seed := h.Sum64()
@@ -242,11 +243,11 @@ func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 	now := time.Now()
 	_, selfLive := c.brokers[c.self.ID]
 	live := c.liveIDsLocked()
-	exists := map[Bundle]bool{}
-	var acquire []Bundle
+	exists := map[catalog.Bundle]bool{}
+	var acquire []catalog.Bundle
 	var next time.Duration
 	for ns, bounds := range c.namespaces {
-		for _, b := range BundlesOf(ns, bounds) {
+		for _, b := range catalog.BundlesOf(ns, bounds) {
 			exists[b] = true
 			e, owned := c.owners[b]
 			_, mine := c.owned[b]
@@ -278,7 +279,7 @@ func (c *Cluster) reconcile(ctx context.Context) time.Duration {
 			delete(c.unownedSince, b)
 		}
 	}
-	var release, handoff []Bundle
+	var release, handoff []catalog.Bundle
 	for b := range c.owned {
 		if !exists[b] {
 			release = append(release, b)
@@ -355,11 +356,11 @@ var errRaced = errors.New("ownership changed during acquire")
 
 // tryAcquire creates b's ownership key in our session. It returns the owner
 // (this broker when acquired is true, else whoever holds the key).
-func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, acquired bool, err error) {
+func (c *Cluster) tryAcquire(ctx context.Context, b catalog.Bundle) (owner Member, acquired bool, err error) {
 	c.mu.Lock()
 	if err := c.claimableLocked(); err != nil {
 		c.mu.Unlock()
-		return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, err)
+		return Member{}, false, fmt.Errorf("acquire %s: %w", b, err)
 	}
 	if _, mine := c.owned[b]; mine {
 		c.mu.Unlock()
@@ -369,7 +370,7 @@ func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, a
 	c.mu.Unlock()
 	value, err := json.Marshal(ownerValue{BrokerID: self.ID, KafkaAddr: self.KafkaAddr, HTTPAddr: self.HTTPAddr})
 	if err != nil {
-		return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, err)
+		return Member{}, false, fmt.Errorf("acquire %s: %w", b, err)
 	}
 	key := ownershipKey(b)
 	v, err := c.cfg.Session.CreateEphemeral(ctx, key, value)
@@ -385,7 +386,7 @@ func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, a
 					c.logger.Warn("broker: give back bundle acquired during close", "bundle", b, "err", derr)
 				}
 			}
-			return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, cerr)
+			return Member{}, false, fmt.Errorf("acquire %s: %w", b, cerr)
 		}
 		if _, adopted := c.owned[b]; !adopted { // the watch may have been faster
 			c.owned[b] = v
@@ -398,15 +399,15 @@ func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, a
 		return self, true, nil
 	}
 	if !errors.Is(err, meta.ErrExists) {
-		return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, err)
+		return Member{}, false, fmt.Errorf("acquire %s: %w", b, err)
 	}
 	var o ownerValue
-	held, err := getJSON(ctx, c.cfg.Store, key, &o)
+	held, err := meta.GetJSON(ctx, c.cfg.Store, key, &o)
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
-			return BrokerInfo{}, false, fmt.Errorf("acquire %s: %w", b, errRaced)
+			return Member{}, false, fmt.Errorf("acquire %s: %w", b, errRaced)
 		}
-		return BrokerInfo{}, false, fmt.Errorf("acquire %s: read owner: %w", b, err)
+		return Member{}, false, fmt.Errorf("acquire %s: read owner: %w", b, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -422,7 +423,7 @@ func (c *Cluster) tryAcquire(ctx context.Context, b Bundle) (owner BrokerInfo, a
 // Broker ids are unique among live brokers and a previous session's keys
 // expire before the broker can register again, so such a key is this
 // session's. It reports whether b is (now) owned.
-func (c *Cluster) adoptLocked(b Bundle, e ownerEntry) bool {
+func (c *Cluster) adoptLocked(b catalog.Bundle, e ownerEntry) bool {
 	if _, mine := c.owned[b]; mine {
 		return true
 	}
@@ -457,10 +458,10 @@ func (c *Cluster) claimableLocked() error {
 // The answer comes from the watch-fed cache when the bundle is owned, so it
 // may name an owner whose session just ended; clients retry the lookup when
 // that owner refuses them.
-func (c *Cluster) Lookup(ctx context.Context, name string) (BrokerInfo, error) {
+func (c *Cluster) Lookup(ctx context.Context, name string) (Member, error) {
 	b, err := c.bundleOfWait(ctx, name)
 	if err != nil {
-		return BrokerInfo{}, fmt.Errorf("lookup: %w", err)
+		return Member{}, fmt.Errorf("lookup: %w", err)
 	}
 	deadline := time.Now().Add(c.cfg.LookupWait)
 	timer := time.NewTimer(c.cfg.LookupWait)
@@ -470,7 +471,7 @@ func (c *Cluster) Lookup(ctx context.Context, name string) (BrokerInfo, error) {
 		c.mu.Lock()
 		if err := c.claimableLocked(); err != nil {
 			c.mu.Unlock()
-			return BrokerInfo{}, fmt.Errorf("lookup %s: %w", name, err)
+			return Member{}, fmt.Errorf("lookup %s: %w", name, err)
 		}
 		if _, mine := c.owned[b]; mine {
 			self := c.self
@@ -497,7 +498,7 @@ func (c *Cluster) Lookup(ctx context.Context, name string) (BrokerInfo, error) {
 			}
 			attempts++
 			if !errors.Is(err, errRaced) || attempts >= maxAcquireAttempts {
-				return BrokerInfo{}, fmt.Errorf("lookup %s: %w", name, err)
+				return Member{}, fmt.Errorf("lookup %s: %w", name, err)
 			}
 			continue
 		}
@@ -505,7 +506,7 @@ func (c *Cluster) Lookup(ctx context.Context, name string) (BrokerInfo, error) {
 		case <-changed:
 		case <-timer.C:
 		case <-ctx.Done():
-			return BrokerInfo{}, fmt.Errorf("lookup %s: waiting for broker %d to take %s: %w", name, choice, b, ctx.Err())
+			return Member{}, fmt.Errorf("lookup %s: waiting for broker %d to take %s: %w", name, choice, b, ctx.Err())
 		}
 	}
 }
@@ -517,7 +518,7 @@ func (c *Cluster) Lookup(ctx context.Context, name string) (BrokerInfo, error) {
 // broker (a reload); moving a bundle to a chosen broker is a load manager's
 // job, not built (HandoffAfter only restores the rendezvous placement).
 // Close unloads everything.
-func (c *Cluster) Unload(ctx context.Context, b Bundle) error {
+func (c *Cluster) Unload(ctx context.Context, b catalog.Bundle) error {
 	c.mu.Lock()
 	v, ok := c.owned[b]
 	if !ok {

@@ -1,4 +1,4 @@
-package broker
+package catalog
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ func TestEqualBoundaries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		bounds := EqualBoundaries(tt.n)
-		if err := validateBoundaries(bounds); err != nil {
+		if err := ValidateBoundaries(bounds); err != nil {
 			t.Fatalf("n=%d: %v", tt.n, err)
 		}
 		bundles := BundlesOf("t/n", bounds)
@@ -35,7 +35,7 @@ func TestEqualBoundaries(t *testing.T) {
 		}
 	}
 	for _, n := range []int{5, 7, 64, 1000} {
-		if err := validateBoundaries(EqualBoundaries(n)); err != nil {
+		if err := ValidateBoundaries(EqualBoundaries(n)); err != nil {
 			t.Errorf("n=%d: %v", n, err)
 		}
 	}
@@ -137,34 +137,5 @@ func TestSplitBoundaries(t *testing.T) {
 	}
 	if _, ok := splitBoundaries([]uint32{0, 1, FullUpperBound}, Bundle{Namespace: "t/n", Lower: 0, Upper: 1}); ok {
 		t.Fatal("split a bundle of one hash")
-	}
-}
-
-func TestRendezvousSpread(t *testing.T) {
-	bundles := BundlesOf("public/default", EqualBoundaries(64))
-	brokers := []int32{1, 2, 3}
-	count := map[int32]int{}
-	for _, b := range bundles {
-		choice := rendezvousChoice(b, brokers)
-		if again := rendezvousChoice(b, []int32{3, 1, 2}); again != choice {
-			t.Fatalf("choice depends on order: %d vs %d", choice, again)
-		}
-		count[choice]++
-	}
-	for _, id := range brokers {
-		if count[id] < 10 {
-			t.Fatalf("broker %d got %d of 64 bundles: %v", id, count[id], count)
-		}
-	}
-	// Removing a broker moves only its bundles.
-	for _, b := range bundles {
-		before := rendezvousChoice(b, brokers)
-		after := rendezvousChoice(b, []int32{1, 3})
-		if before != 2 && after != before {
-			t.Fatalf("%s moved from %d to %d though 2 left", b, before, after)
-		}
-	}
-	if rendezvousChoice(bundles[0], nil) != -1 {
-		t.Fatal("choice among no brokers")
 	}
 }

@@ -1,4 +1,4 @@
-package broker
+package ownership
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"slices"
 	"time"
 
+	"quire/internal/catalog"
 	"quire/internal/meta"
 )
 
-// BrokerInfo is one live broker's registration, the value of its key
+// Member is one live broker's registration, the value of its key
 // BrokersPrefix + id, bound to the broker's session.
-type BrokerInfo struct {
+type Member struct {
 	ID        int32     `json:"id"`
 	KafkaAddr string    `json:"kafkaAddr"`
 	HTTPAddr  string    `json:"httpAddr"`
@@ -23,7 +24,7 @@ type BrokerInfo struct {
 }
 
 // sameIdentity: the same id at the same addresses (a restart of this broker).
-func (b BrokerInfo) sameIdentity(o BrokerInfo) bool {
+func (b Member) sameIdentity(o Member) bool {
 	return b.ID == o.ID && b.KafkaAddr == o.KafkaAddr && b.HTTPAddr == o.HTTPAddr
 }
 
@@ -45,7 +46,7 @@ func (c *Cluster) register(ctx context.Context) error {
 		self.ID = int32(id)
 	}
 	if self.ID < 0 {
-		return fmt.Errorf("register broker: id %d: %w", self.ID, ErrInvalidName)
+		return fmt.Errorf("register broker: id %d: %w", self.ID, catalog.ErrInvalidName)
 	}
 	if self.Started.IsZero() {
 		self.Started = time.Now().UTC()
@@ -66,8 +67,8 @@ func (c *Cluster) register(ctx context.Context) error {
 		if !errors.Is(err, meta.ErrExists) {
 			return fmt.Errorf("register broker %d: %w", self.ID, err)
 		}
-		var existing BrokerInfo
-		held, err := getJSON(ctx, c.cfg.Store, key, &existing)
+		var existing Member
+		held, err := meta.GetJSON(ctx, c.cfg.Store, key, &existing)
 		if errors.Is(err, meta.ErrNotFound) {
 			continue
 		}
@@ -117,14 +118,14 @@ func waitGone(ctx context.Context, store meta.Store, key string, version meta.Ve
 
 // Brokers returns the live brokers (this one included), sorted by id, from
 // the watch-fed cache.
-func (c *Cluster) Brokers() []BrokerInfo {
+func (c *Cluster) Brokers() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]BrokerInfo, 0, len(c.brokers))
+	out := make([]Member, 0, len(c.brokers))
 	for _, b := range c.brokers {
 		out = append(out, b)
 	}
-	slices.SortFunc(out, func(a, b BrokerInfo) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(out, func(a, b Member) int { return int(a.ID) - int(b.ID) })
 	return out
 }
 
@@ -138,7 +139,7 @@ func (c *Cluster) BrokersChanged() <-chan struct{} {
 
 func (c *Cluster) resetBrokers(kvs []meta.KV, _ int64) {
 	c.mu.Lock()
-	c.brokers = map[int32]BrokerInfo{}
+	c.brokers = map[int32]Member{}
 	for _, kv := range kvs {
 		c.putBrokerLocked(kv.Key, kv.Value)
 	}
@@ -177,7 +178,7 @@ func (c *Cluster) putBrokerLocked(key string, value []byte) {
 	if !ok {
 		return
 	}
-	var info BrokerInfo
+	var info Member
 	if err := json.Unmarshal(value, &info); err != nil || info.ID != id {
 		c.logger.Warn("broker: ignoring malformed registration", "key", key, "err", err)
 		return

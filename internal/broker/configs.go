@@ -1,4 +1,4 @@
-package server
+package broker
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"quire/internal/broker"
+	"quire/internal/catalog"
 	"quire/internal/kafka"
 	"quire/internal/mlog"
 )
@@ -99,7 +99,7 @@ func validateConfigs(cfgs map[string]string) error {
 }
 
 // describeConfigs lists every supported config of a topic.
-func describeConfigs(set map[string]string, pol broker.Policies) []kafka.ConfigEntry {
+func describeConfigs(set map[string]string, pol catalog.Policies) []kafka.ConfigEntry {
 	names := make([]string, 0, len(topicConfigs))
 	for k := range topicConfigs {
 		names = append(names, k)
@@ -156,7 +156,7 @@ func topicSettings(set map[string]string) mlog.TopicConfig {
 }
 
 // brokerConfigs is what DescribeConfigs shows for a broker resource.
-func brokerConfigs(autoCreate bool, defaultPartitions int32, maxMessage int32, pol broker.Policies) []kafka.ConfigEntry {
+func brokerConfigs(autoCreate bool, defaultPartitions int32, maxMessage int32, pol catalog.Policies) []kafka.ConfigEntry {
 	ro := func(name, v, doc string, typ kmsg.ConfigType) kafka.ConfigEntry {
 		return kafka.ConfigEntry{Name: name, Value: ptr(v), ReadOnly: true, Source: kmsg.ConfigSourceStaticBrokerConfig, Type: typ, Doc: ptr(doc)}
 	}

@@ -1,4 +1,4 @@
-package broker
+package catalog
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"quire/internal/meta"
 )
 
-func newMemAdmin(t *testing.T) (*meta.MemServer, *Admin) {
+func newMemAdmin(t *testing.T) (*meta.MemServer, *Catalog) {
 	t.Helper()
 	srv := meta.NewMemServer(meta.MemConfig{})
 	c := srv.NewClient()
 	t.Cleanup(func() { c.Close() })
-	return srv, NewAdmin(c)
+	return srv, New(c)
 }
 
 func TestPoliciesValidate(t *testing.T) {
@@ -212,7 +212,7 @@ func TestEnsureDefaultsRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = NewAdmin(c).EnsureDefaults(ctx)
+			errs[i] = New(c).EnsureDefaults(ctx)
 		}()
 	}
 	wg.Wait()
@@ -221,7 +221,7 @@ func TestEnsureDefaultsRace(t *testing.T) {
 			t.Fatalf("broker %d: %v", i, err)
 		}
 	}
-	a := NewAdmin(srv.NewClient())
+	a := New(srv.NewClient())
 	p, err := a.GetPolicies(ctx, DefaultNamespace)
 	if err != nil || p.Persistence != (Persistence{3, 3, 2}) || p.Bundles.NumBundles != DefaultNumBundles {
 		t.Fatalf("public/default: %+v %v", p, err)
@@ -251,7 +251,7 @@ func TestUpdatePoliciesConcurrent(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for range 8 {
-		c := NewAdmin(srv.NewClient())
+		c := New(srv.NewClient())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -435,5 +435,24 @@ func TestTopicIDText(t *testing.T) {
 	var back TopicID
 	if err := back.UnmarshalText(text); err != nil || back != id || len(text) != 36 || text[14] != '4' {
 		t.Fatalf("%s -> %v %v", text, back, err)
+	}
+}
+
+func TestDeleteTopicRecreated(t *testing.T) {
+	ctx := context.Background()
+	_, a := newMemAdmin(t)
+	if err := a.EnsureDefaults(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := a.CreateTopic(ctx, DefaultNamespace, "t", 1, nil)
+	if err := a.DeleteTopic(ctx, DefaultNamespace, "t"); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := a.CreateTopic(ctx, DefaultNamespace, "t", 1, nil)
+	if err := a.deleteTopicAgain(ctx, first); !errors.Is(err, ErrTopicNotFound) {
+		t.Fatalf("delete of a recreated topic: %v", err)
+	}
+	if got, err := a.GetTopic(ctx, DefaultNamespace, "t"); err != nil || got.ID != second.ID {
+		t.Fatalf("the new topic was deleted: %+v %v", got, err)
 	}
 }

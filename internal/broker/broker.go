@@ -1,10 +1,10 @@
-// Package server is the broker process of ledger mode: it joins the
-// cluster (registration, bundle ownership through internal/broker), loads
+// Package broker is the broker process of ledger mode: it joins the
+// cluster (registration, bundle ownership through internal/ownership), loads
 // the partitions of the bundles it owns as topic.Partitions over managed
 // ledgers, and serves them through the Kafka front end (internal/kafka),
 // with consumer groups from internal/kafka/group. It implements
 // kafka.Backend.
-package server
+package broker
 
 import (
 	"context"
@@ -18,10 +18,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"quire/internal/broker"
+	"quire/internal/catalog"
 	"quire/internal/kafka"
 	"quire/internal/ledger/ledgerclient"
 	"quire/internal/meta"
+	"quire/internal/ownership"
 )
 
 // Config configures a broker.
@@ -70,8 +71,8 @@ type Broker struct {
 	cfg         Config
 	log         *slog.Logger
 	session     meta.Session
-	cluster     *broker.Cluster
-	admin       *broker.Admin
+	cluster     *ownership.Cluster
+	admin       *catalog.Catalog
 	front       *kafka.Server
 	groups      kafka.GroupCoordinator
 	closeGroups func()
@@ -125,15 +126,15 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("server: advertised Kafka address: %w", err)
 	}
 	bctx, cancel := context.WithCancel(context.Background())
-	b := &Broker{cfg: cfg, log: cfg.Logger.With("component", "broker"), admin: broker.NewAdmin(cfg.Store),
+	b := &Broker{cfg: cfg, log: cfg.Logger.With("component", "broker"), admin: catalog.New(cfg.Store),
 		ctx: bctx, cancel: cancel, parts: map[string]*loaded{}}
 	if err := b.admin.EnsureDefaults(ctx); err != nil {
 		cancel()
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	if ns := cfg.Namespace; ns != "public/default" {
-		if _, err := b.admin.GetPolicies(ctx, ns); errors.Is(err, broker.ErrNamespaceNotFound) {
-			if err := b.admin.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, broker.ErrNamespaceExists) {
+		if _, err := b.admin.GetPolicies(ctx, ns); errors.Is(err, catalog.ErrNamespaceNotFound) {
+			if err := b.admin.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceExists) {
 				cancel()
 				return nil, fmt.Errorf("server: create namespace %s: %w", ns, err)
 			}
@@ -145,8 +146,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("server: metadata session: %w", err)
 	}
 	b.session = sess
-	cl, err := broker.New(broker.Config{Store: cfg.Store, Session: sess, Logger: cfg.Logger,
-		Self:      broker.BrokerInfo{ID: cfg.ID, KafkaAddr: cfg.KafkaAdvertised, HTTPAddr: cfg.HTTPAddr, Zone: cfg.Zone},
+	cl, err := ownership.New(ownership.Config{Store: cfg.Store, Session: sess, Logger: cfg.Logger,
+		Self:      ownership.Member{ID: cfg.ID, KafkaAddr: cfg.KafkaAdvertised, HTTPAddr: cfg.HTTPAddr, Zone: cfg.Zone},
 		OnAcquire: b.onAcquire, OnRelease: b.onRelease, HandoffAfter: cfg.HandoffAfter})
 	if err != nil {
 		sess.Close()

@@ -1,4 +1,4 @@
-package broker
+package ownership
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"quire/internal/catalog"
 	"quire/internal/meta"
 )
 
@@ -50,7 +51,7 @@ func TestEtcdFailover(t *testing.T) {
 		rec := newRecorder()
 		c, err := New(Config{
 			Store: store, Session: session, Logger: quietLogger(),
-			Self:      BrokerInfo{ID: id, KafkaAddr: fmt.Sprintf("127.0.0.1:%d", 9092+id)},
+			Self:      Member{ID: id, KafkaAddr: fmt.Sprintf("127.0.0.1:%d", 9092+id)},
 			OnAcquire: rec.onAcquire, OnRelease: rec.onRelease,
 			AcquireGrace: time.Minute,
 		})
@@ -69,20 +70,20 @@ func TestEtcdFailover(t *testing.T) {
 	}
 	_, sessionA, a, recA := start(1)
 	_, _, b, recB := start(2)
-	if err := a.Admin().EnsureDefaults(ctx); err != nil {
+	if err := a.Catalog().EnsureDefaults(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "both brokers see both", func() bool { return len(a.Brokers()) == 2 && len(b.Brokers()) == 2 })
-	bounds := createNamespace(t, a.Admin(), "acme/orders", 8)
+	bounds := createNamespace(t, a.Catalog(), "acme/orders", 8)
 
 	var wg sync.WaitGroup
-	answers := make([][2]BrokerInfo, 16)
+	answers := make([][2]Member, 16)
 	for i := range answers {
 		for j, c := range []*Cluster{a, b} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				o, err := c.Lookup(ctx, PartitionName("acme/orders", "t", int32(i)))
+				o, err := c.Lookup(ctx, catalog.PartitionName("acme/orders", "t", int32(i)))
 				if err != nil {
 					t.Error(err)
 				}
@@ -96,8 +97,8 @@ func TestEtcdFailover(t *testing.T) {
 			t.Fatalf("partition %d: %d vs %d", i, ans[0].ID, ans[1].ID)
 		}
 	}
-	owned := func(cs ...*Cluster) map[Bundle]int {
-		out := map[Bundle]int{}
+	owned := func(cs ...*Cluster) map[catalog.Bundle]int {
+		out := map[catalog.Bundle]int{}
 		for _, c := range cs {
 			for _, bundle := range c.OwnedBundles() {
 				out[bundle]++
@@ -107,7 +108,7 @@ func TestEtcdFailover(t *testing.T) {
 	}
 	allOnce := func(cs ...*Cluster) bool {
 		o := owned(cs...)
-		all := append(BundlesOf("acme/orders", bounds), BundlesOf(DefaultNamespace, EqualBoundaries(DefaultNumBundles))...)
+		all := append(catalog.BundlesOf("acme/orders", bounds), catalog.BundlesOf(catalog.DefaultNamespace, catalog.EqualBoundaries(catalog.DefaultNumBundles))...)
 		for _, bundle := range all {
 			if o[bundle] != 1 {
 				return false
@@ -146,7 +147,7 @@ func TestEtcdFailover(t *testing.T) {
 		h, _, _ := recA.snapshot()
 		return len(h) == 0
 	})
-	if o, err := b.Lookup(ctx, PartitionName("acme/orders", "t", 0)); err != nil || o.ID != 2 {
+	if o, err := b.Lookup(ctx, catalog.PartitionName("acme/orders", "t", 0)); err != nil || o.ID != 2 {
 		t.Fatalf("lookup after failover: %+v %v", o, err)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package broker
 
 import (
 	"context"
@@ -13,10 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"quire/internal/broker"
+	"quire/internal/catalog"
 	"quire/internal/kafka"
 	"quire/internal/meta"
 	"quire/internal/mlog/mlogclient"
+	"quire/internal/ownership"
 )
 
 var _ kafka.Backend = (*Broker)(nil)
@@ -27,9 +28,9 @@ var _ kafka.Backend = (*Broker)(nil)
 // maxNumPartitionsPerPartitionedTopic; Kafka has no per-topic bound.)
 const MaxPartitionsPerTopic = 10_000
 
-func toKafka(bi broker.BrokerInfo) kafka.Broker {
+func toKafka(bi ownership.Member) kafka.Node {
 	host, port, _ := splitHostPort(bi.KafkaAddr)
-	kb := kafka.Broker{ID: bi.ID, Host: host, Port: port}
+	kb := kafka.Node{ID: bi.ID, Host: host, Port: port}
 	if bi.Zone != "" {
 		kb.Rack = ptr(bi.Zone)
 	}
@@ -37,11 +38,11 @@ func toKafka(bi broker.BrokerInfo) kafka.Broker {
 }
 
 // Self implements kafka.Backend.
-func (b *Broker) Self() kafka.Broker { return toKafka(b.cluster.Self()) }
+func (b *Broker) Self() kafka.Node { return toKafka(b.cluster.Self()) }
 
 // Brokers implements kafka.Backend.
-func (b *Broker) Brokers(context.Context) ([]kafka.Broker, error) {
-	var out []kafka.Broker
+func (b *Broker) Brokers(context.Context) ([]kafka.Node, error) {
+	var out []kafka.Node
 	for _, bi := range b.cluster.Brokers() {
 		out = append(out, toKafka(bi))
 	}
@@ -66,7 +67,7 @@ func (b *Broker) MaxMessageBytes() int32 { return b.cfg.MaxMessageBytes }
 
 // Topics implements kafka.Backend.
 func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([]kafka.TopicInfo, error) {
-	var recs []broker.TopicRecord
+	var recs []catalog.Topic
 	if names == nil {
 		all, err := b.admin.ListTopics(ctx, b.cfg.Namespace)
 		if err != nil {
@@ -76,16 +77,16 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 	} else {
 		for _, n := range names {
 			rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, n)
-			if errors.Is(err, broker.ErrTopicNotFound) && autoCreate && b.cfg.AutoCreateTopics {
+			if errors.Is(err, catalog.ErrTopicNotFound) && autoCreate && b.cfg.AutoCreateTopics {
 				rec, err = b.admin.CreateTopic(ctx, b.cfg.Namespace, n, b.cfg.DefaultPartitions, nil)
-				if errors.Is(err, broker.ErrTopicExists) {
+				if errors.Is(err, catalog.ErrTopicExists) {
 					rec, err = b.admin.GetTopic(ctx, b.cfg.Namespace, n)
 				}
 				if err == nil {
 					b.log.Info("topic auto-created", "topic", n, "partitions", rec.Partitions)
 				}
 			}
-			if errors.Is(err, broker.ErrTopicNotFound) || errors.Is(err, broker.ErrInvalidTopicName) || errors.Is(err, broker.ErrInvalidName) {
+			if errors.Is(err, catalog.ErrTopicNotFound) || errors.Is(err, catalog.ErrInvalidTopicName) || errors.Is(err, catalog.ErrInvalidName) {
 				continue
 			}
 			if err != nil {
@@ -100,11 +101,11 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 	// until its session expires, and clients must not wait for each.
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	leaders := map[broker.Bundle]int32{}
+	leaders := map[catalog.Bundle]int32{}
 	for _, rec := range recs {
 		ti := kafka.TopicInfo{Name: rec.Name, ID: rec.ID}
 		for i := range rec.Partitions {
-			leader := b.leaderOf(lctx, broker.PartitionName(b.cfg.Namespace, rec.Name, i), leaders)
+			leader := b.leaderOf(lctx, catalog.PartitionName(b.cfg.Namespace, rec.Name, i), leaders)
 			pi := kafka.PartitionInfo{Partition: i, Leader: leader, LeaderEpoch: -1}
 			if leader >= 0 {
 				pi.Replicas, pi.ISR = []int32{leader}, []int32{leader}
@@ -119,7 +120,7 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 // leaderOf names the owner of a partition's bundle, assigning one if the
 // bundle is unowned (bounded by ctx: -1 and the client retries). known
 // memoizes the answers of one request by bundle.
-func (b *Broker) leaderOf(ctx context.Context, name string, known map[broker.Bundle]int32) int32 {
+func (b *Broker) leaderOf(ctx context.Context, name string, known map[catalog.Bundle]int32) int32 {
 	bundle, err := b.cluster.BundleOf(name)
 	if err != nil {
 		return -1
@@ -143,13 +144,13 @@ func topicErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, broker.ErrTopicExists):
+	case errors.Is(err, catalog.ErrTopicExists):
 		return kerr.TopicAlreadyExists
-	case errors.Is(err, broker.ErrTopicNotFound):
+	case errors.Is(err, catalog.ErrTopicNotFound):
 		return kerr.UnknownTopicOrPartition
-	case errors.Is(err, broker.ErrInvalidTopicName), errors.Is(err, broker.ErrInvalidName):
+	case errors.Is(err, catalog.ErrInvalidTopicName), errors.Is(err, catalog.ErrInvalidName):
 		return kerr.InvalidTopicException
-	case errors.Is(err, broker.ErrInvalidPartitions):
+	case errors.Is(err, catalog.ErrInvalidPartitions):
 		return kerr.InvalidPartitions
 	case errors.Is(err, meta.ErrUnavailable):
 		return kerr.RequestTimedOut
@@ -180,7 +181,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, numPartitions int
 	if numPartitions < 1 || numPartitions > MaxPartitionsPerTopic {
 		return kerr.InvalidPartitions
 	}
-	if err := broker.ValidateTopicName(name); err != nil {
+	if err := catalog.ValidateTopicName(name); err != nil {
 		return kerr.InvalidTopicException
 	}
 	cfgs, err := derefConfigs(configs)
@@ -224,7 +225,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 		defer cancel()
 		for i := range rec.Partitions {
-			storage := storageName(broker.PartitionName(b.cfg.Namespace, name, i), rec.ID)
+			storage := storageName(catalog.PartitionName(b.cfg.Namespace, name, i), rec.ID)
 			if err := mlogclient.Delete(ctx, b.cfg.Store, b.cfg.Ledgers, storage); err != nil {
 				b.log.Warn("delete partition storage", "partition", storage, "err", err)
 				continue
@@ -239,7 +240,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 
 // watchTopics drops loaded partitions of topics deleted through any broker.
 func (b *Broker) watchTopics() {
-	prefix := broker.TopicsPrefix + b.cfg.Namespace + "/"
+	prefix := catalog.TopicsPrefix + b.cfg.Namespace + "/"
 	for b.ctx.Err() == nil {
 		for resp := range b.cfg.Store.Watch(b.ctx, prefix, 0) {
 			for _, ev := range resp.Events {
@@ -260,7 +261,7 @@ func (b *Broker) watchTopics() {
 // dropTopicAnyPartition closes every loaded partition of a topic.
 func (b *Broker) dropTopicAnyPartition(topicName string) {
 	b.dropWhere(func(l *loaded) bool {
-		_, t, _, err := broker.ParsePartitionName(l.name)
+		_, t, _, err := catalog.ParsePartitionName(l.name)
 		return err == nil && t == topicName
 	})
 }
@@ -369,12 +370,12 @@ func (b *Broker) groupKey(group string) string {
 }
 
 // Coordinator implements kafka.Backend.
-func (b *Broker) Coordinator(ctx context.Context, group string) (kafka.Broker, error) {
+func (b *Broker) Coordinator(ctx context.Context, group string) (kafka.Node, error) {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	o, err := b.cluster.Lookup(lctx, b.groupKey(group))
 	if err != nil {
-		return kafka.Broker{}, kerr.CoordinatorNotAvailable
+		return kafka.Node{}, kerr.CoordinatorNotAvailable
 	}
 	return toKafka(o), nil
 }
