@@ -138,7 +138,7 @@ func configValue(set map[string]string, k string) int64 {
 // topicSettings turns a topic's configs into managed-ledger settings.
 // Kafka topics keep data by retention only: consumer groups do not hold
 // it back (there are no cursors), so backlog quotas and TTL do not apply.
-func topicSettings(set map[string]string) mlog.TopicConfig {
+func topicSettings(set map[string]string) mlog.Config {
 	ret := mlog.RetentionPolicy{Time: -1, Size: -1}
 	if ms := configValue(set, "retention.ms"); ms >= 0 {
 		ret.Time = time.Duration(ms) * time.Millisecond
@@ -152,7 +152,7 @@ func topicSettings(set map[string]string) mlog.TopicConfig {
 	if roll.MinAge > roll.MaxAge {
 		roll.MinAge = roll.MaxAge
 	}
-	return mlog.TopicConfig{Retention: ret, Rollover: roll}
+	return mlog.Config{Retention: ret, Rollover: roll}
 }
 
 // brokerConfigs is what DescribeConfigs shows for a broker resource.

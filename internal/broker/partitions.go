@@ -22,7 +22,7 @@ type loaded struct {
 	bundle catalog.Bundle
 	ready  chan struct{} // closed when load finished (p or err set)
 	p      *topic.Partition
-	ml     *mlogclient.Topic
+	ml     *mlogclient.ManagedLedger
 	err    error
 }
 
@@ -138,11 +138,11 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 	}
 	storage := storageName(l.name, rec.ID)
 	mcfg := mlogclient.Config{
-		Ledgers: b.cfg.Ledgers, Store: b.cfg.Store, Topic: topicSettings(rec.Configs),
+		Ledgers: b.cfg.Ledgers, Store: b.cfg.Store, Core: topicSettings(rec.Configs),
 		Ensemble: pol.Persistence.Ensemble, WriteQuorum: pol.Persistence.WriteQuorum, AckQuorum: pol.Persistence.AckQuorum,
 		Logger: b.cfg.Logger,
 	}
-	mcfg.Topic.Owner = fmt.Sprintf("broker-%d", b.cluster.Self().ID)
+	mcfg.Core.Owner = fmt.Sprintf("broker-%d", b.cluster.Self().ID)
 	t, err := mlogclient.Open(ctx, storage, mcfg)
 	if err != nil {
 		b.log.Warn("load partition", "partition", l.name, "err", err)

@@ -49,7 +49,7 @@ const maxCursorLoadTries = 10
 // ours: recover and close the cursor ledger it names (fencing a previous
 // owner's cursor writes; the previous owner can no longer name another
 // one), then read its last entry.
-func (t *Topic) onCursorClaimed(name string, res MetaResult) {
+func (t *ManagedLedger) onCursorClaimed(name string, res MetaResult) {
 	cs := t.loading[name]
 	if cs == nil || t.phase != phaseLoading {
 		return
@@ -64,7 +64,7 @@ func (t *Topic) onCursorClaimed(name string, res MetaResult) {
 
 // reloadCursor reads a loading cursor's pointer again (the previous owner
 // moved it, or the claim's outcome is unknown), a bounded number of times.
-func (t *Topic) reloadCursor(name string, cs *cursorState, err error) {
+func (t *ManagedLedger) reloadCursor(name string, cs *cursorState, err error) {
 	cs.loadTries++
 	if cs.loadTries >= maxCursorLoadTries {
 		t.fail(fmt.Errorf("open topic %s: cursor %s: %w", t.cfg.Name, name, err))
@@ -74,7 +74,7 @@ func (t *Topic) reloadCursor(name string, cs *cursorState, err error) {
 }
 
 // stepCursorLedger handles the result of an operation on a cursor ledger.
-func (t *Topic) stepCursorLedger(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) stepCursorLedger(p pendingLedger, res LedgerResult) {
 	switch p.kind {
 	case LedgerRecover:
 		t.onCursorLedgerRecovered(p, res)
@@ -91,7 +91,7 @@ func (t *Topic) stepCursorLedger(p pendingLedger, res LedgerResult) {
 	}
 }
 
-func (t *Topic) onCursorLedgerRecovered(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) onCursorLedgerRecovered(p pendingLedger, res LedgerResult) {
 	cs := t.loading[p.cursor]
 	if cs == nil || t.phase != phaseLoading {
 		return
@@ -118,7 +118,7 @@ func (t *Topic) onCursorLedgerRecovered(p pendingLedger, res LedgerResult) {
 		LedgerOp{Kind: LedgerRead, Ledger: p.ledger, Entry: res.Entries - 1})
 }
 
-func (t *Topic) onCursorLedgerRead(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) onCursorLedgerRead(p pendingLedger, res LedgerResult) {
 	cs := t.loading[p.cursor]
 	if cs == nil || t.phase != phaseLoading {
 		return
@@ -146,7 +146,7 @@ func (t *Topic) onCursorLedgerRead(p pendingLedger, res LedgerResult) {
 // new cursor ledger is named by the pointer (a CAS) before its first
 // append, so a fenced owner never writes a cursor ledger that the next
 // owner would not recover.
-func (t *Topic) persistCursor(name string, cs *cursorState) {
+func (t *ManagedLedger) persistCursor(name string, cs *cursorState) {
 	data, info := cs.c.Snapshot(cs.c.MaxRangesToPersist())
 	cs.dirty, cs.persisting = false, true
 	p := pendingLedger{cursor: name, snapshot: data, persisted: info.Persisted, md: cs.c.MarkDelete()}
@@ -162,7 +162,7 @@ func (t *Topic) persistCursor(name string, cs *cursorState) {
 
 // claimCursorLedger points the cursor record at cs.ledger (no snapshot in
 // it yet); the append of p follows.
-func (t *Topic) claimCursorLedger(cs *cursorState, p pendingLedger) {
+func (t *ManagedLedger) claimCursorLedger(cs *cursorState, p pendingLedger) {
 	ptr := CursorPointer{Ledger: cs.ledger, Entry: -1, MarkDelete: p.md, Epoch: int64(t.epoch)}
 	op := MetaOp{Kind: MetaPut, Key: CursorKey(t.cfg.Name, p.cursor), Value: ptr.marshal(), Version: cs.version}
 	if cs.version == 0 {
@@ -172,11 +172,11 @@ func (t *Topic) claimCursorLedger(cs *cursorState, p pendingLedger) {
 	t.sendMeta(pendingMeta{purpose: metaCursorPersist, cursor: p.cursor, persisted: cs.persisted, cledger: cs.ledger, claim: &claim}, op)
 }
 
-func (t *Topic) sendCursorAppend(cs *cursorState, p pendingLedger) {
+func (t *ManagedLedger) sendCursorAppend(cs *cursorState, p pendingLedger) {
 	t.sendLedger(p, LedgerOp{Kind: LedgerAppend, Ledger: cs.ledger, Payload: p.snapshot})
 }
 
-func (t *Topic) onCursorLedgerCreated(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) onCursorLedgerCreated(p pendingLedger, res LedgerResult) {
 	cs := t.cursors[p.cursor]
 	if cs == nil || t.phase == phaseFailed || t.phase == phaseClosed {
 		if res.Err == nil {
@@ -200,7 +200,7 @@ func (t *Topic) onCursorLedgerCreated(p pendingLedger, res LedgerResult) {
 	t.claimCursorLedger(cs, p)
 }
 
-func (t *Topic) onCursorAppended(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) onCursorAppended(p pendingLedger, res LedgerResult) {
 	cs := t.cursors[p.cursor]
 	if cs == nil || t.phase == phaseFailed {
 		return
@@ -230,7 +230,7 @@ func (t *Topic) onCursorAppended(p pendingLedger, res LedgerResult) {
 }
 
 // deleteCursorLedgers deletes the ledgers of a deleted cursor.
-func (t *Topic) deleteCursorLedgers(name string, ids ...int64) {
+func (t *ManagedLedger) deleteCursorLedgers(name string, ids ...int64) {
 	for _, id := range ids {
 		if id != 0 {
 			t.sendLedger(pendingLedger{cursor: name}, LedgerOp{Kind: LedgerDelete, Ledger: id})

@@ -23,8 +23,8 @@ func cursorPointer(t *testing.T, e *fakeEnv) CursorPointer {
 // A takeover restores the cursor from the newest snapshot in its cursor
 // ledger, not from the metadata record (which holds only a small pointer,
 // possibly behind the ledger).
-func TestTopicTakeoverRestoresCursorFromCursorLedger(t *testing.T) {
-	e, a, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Second})
+func TestManagedLedgerTakeoverRestoresCursorFromCursorLedger(t *testing.T) {
+	e, a, ls := threeLedgers(t, Config{CursorPersistInterval: time.Second})
 	if err := a.tp.AckCumulative("sub", Position{ls[0].ID, 1}, e.now); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestTopicTakeoverRestoresCursorFromCursorLedger(t *testing.T) {
 	kv.value = first.marshal()
 	e.store[CursorKey("t", "sub")] = kv
 
-	b := e.newOwner(TopicConfig{Rollover: noRoll})
+	b := e.newOwner(Config{Rollover: noRoll})
 	b.open()
 	bc, ok := b.tp.Cursor("sub")
 	if !ok {
@@ -82,11 +82,11 @@ func TestTopicTakeoverRestoresCursorFromCursorLedger(t *testing.T) {
 
 // A zombie owner's cursor write goes to the cursor ledger the new owner
 // recovered: the ledger fences it and the zombie stops.
-func TestTopicZombieCursorWriteFenced(t *testing.T) {
-	e, a, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Second})
+func TestManagedLedgerZombieCursorWriteFenced(t *testing.T) {
+	e, a, ls := threeLedgers(t, Config{CursorPersistInterval: time.Second})
 	a.tick()
 	ptr := cursorPointer(t, e)
-	b := e.newOwner(TopicConfig{Rollover: noRoll, CursorPersistInterval: time.Second})
+	b := e.newOwner(Config{Rollover: noRoll, CursorPersistInterval: time.Second})
 	b.open()
 	if !e.ledgers[ptr.Ledger].fenced {
 		t.Fatal("takeover did not fence the cursor ledger")
@@ -112,8 +112,8 @@ func TestTopicZombieCursorWriteFenced(t *testing.T) {
 // The cursor ledger rolls after CursorLedgerMaxSnapshots snapshots; the old
 // one is deleted once the pointer names the new one, and a takeover restores
 // from the new one.
-func TestTopicCursorLedgerRolls(t *testing.T) {
-	e, a, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Second, CursorLedgerMaxSnapshots: 2})
+func TestManagedLedgerCursorLedgerRolls(t *testing.T) {
+	e, a, ls := threeLedgers(t, Config{CursorPersistInterval: time.Second, CursorLedgerMaxSnapshots: 2})
 	a.tick()
 	first := cursorPointer(t, e)
 	var acks []Position
@@ -151,7 +151,7 @@ func TestTopicCursorLedgerRolls(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("6 snapshots in ledgers of 2 went to %d cursor ledgers", len(seen))
 	}
-	b := e.newOwner(TopicConfig{Rollover: noRoll})
+	b := e.newOwner(Config{Rollover: noRoll})
 	b.open()
 	if bc, _ := b.tp.Cursor("sub"); bc.MarkDelete() != acks[4] {
 		t.Fatalf("restored md %v, want %v", bc.MarkDelete(), acks[4])

@@ -11,7 +11,7 @@
 // ledgers and dispatching messages belong to the managed ledger and the
 // subscription that own it.
 //
-// Topic is the managed ledger of one topic, a state machine of the same
+// ManagedLedger is the managed ledger of one topic, a state machine of the same
 // kind: takeover, rollover, trimming, cursor persistence, backlog quota and
 // TTL, with every ledger and metadata operation an output (Ready) carried
 // out by the shell in package mlogclient. This package must never do I/O,

@@ -216,7 +216,7 @@ type topicSim struct {
 	// legitTrimmed: ledgers a trim removed from the record after checker 3 passed.
 	legitTrimmed map[int64]bool
 	// rec is the topic record as last written.
-	rec    mlog.TopicRecord
+	rec    mlog.Record
 	hasRec bool
 
 	violations []string
@@ -318,7 +318,7 @@ func (s *topicSim) startOwner() {
 		}
 	}
 	o := &topicOwner{s: s, gen: gen, broker: broker, name: fmt.Sprintf("%s#%d", broker, gen), alive: true}
-	o.tp = mlog.NewTopic(mlog.TopicConfig{Name: topicName, Owner: o.name,
+	o.tp = mlog.New(mlog.Config{Name: topicName, Owner: o.name,
 		Rollover:  mlog.RolloverPolicy{MaxEntries: s.sc.rollEntries},
 		Retention: s.sc.retention, CursorPersistInterval: s.sc.persistEvery,
 		MaxRangesToPersist: s.sc.maxRanges, MessageTTL: s.sc.ttl, Quota: s.sc.quota, QuotaHoldTimeout: 500 * time.Millisecond, RetryInterval: 200 * time.Millisecond, EarlyTrim: s.earlyTrim})

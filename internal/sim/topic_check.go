@@ -14,7 +14,7 @@ import (
 // retention no longer keeps them — recomputed here from the consumers'
 // acknowledgements and the retention policy, not by the core's
 // TrimCandidates. Then checker 1 over the new list.
-func (s *topicSim) onRecordWritten(o *topicOwner, prev, next mlog.TopicRecord) {
+func (s *topicSim) onRecordWritten(o *topicOwner, prev, next mlog.Record) {
 	inNext := map[int64]bool{}
 	for _, l := range next.Ledgers {
 		inNext[l.ID] = true
@@ -36,7 +36,7 @@ func (s *topicSim) onRecordWritten(o *topicOwner, prev, next mlog.TopicRecord) {
 }
 
 // trimAllowed checks that prev.Ledgers[i] may leave the list now.
-func (s *topicSim) trimAllowed(o *topicOwner, prev mlog.TopicRecord, i int) bool {
+func (s *topicSim) trimAllowed(o *topicOwner, prev mlog.Record, i int) bool {
 	ls := prev.Ledgers
 	info := ls[i]
 	if i == len(ls)-1 {

@@ -13,14 +13,14 @@ import (
 )
 
 // topicOwner is one broker process instance owning (or trying to own) the
-// topic: a real mlog.Topic whose Ready the simulator carries out. A crashed
+// topic: a real mlog.ManagedLedger whose Ready the simulator carries out. A crashed
 // instance is discarded with everything in flight to it; a paused one
 // queues its inputs and runs them when it wakes (the zombie).
 type topicOwner struct {
 	s            *topicSim
 	gen          int
 	broker, name string
-	tp           *mlog.Topic
+	tp           *mlog.ManagedLedger
 	alive        bool
 	paused       bool
 	backlog      []func()
@@ -393,8 +393,8 @@ var metaKindNames = map[mlog.MetaOpKind]string{mlog.MetaGet: "get", mlog.MetaCre
 func (m *topicMeta) apply(o *topicOwner, op mlog.MetaOp) mlog.MetaResult {
 	s, ctx := m.s, context.Background()
 	res := mlog.MetaResult{ID: op.ID}
-	isRecord := op.Key == mlog.TopicKey(topicName)
-	var prev mlog.TopicRecord
+	isRecord := op.Key == mlog.Key(topicName)
+	var prev mlog.Record
 	if isRecord && op.Kind != mlog.MetaGet {
 		prev, _ = m.record()
 		if op.Kind == mlog.MetaPut && op.Version == 0 {
@@ -463,17 +463,17 @@ func (m *topicMeta) apply(o *topicOwner, op mlog.MetaOp) mlog.MetaResult {
 }
 
 // record reads the topic record past any outage (for the checkers).
-func (m *topicMeta) record() (mlog.TopicRecord, bool) {
+func (m *topicMeta) record() (mlog.Record, bool) {
 	m.bypass = true
 	defer func() { m.bypass = false }()
-	kv, err := m.client.Get(context.Background(), mlog.TopicKey(topicName))
+	kv, err := m.client.Get(context.Background(), mlog.Key(topicName))
 	if err != nil {
-		return mlog.TopicRecord{}, false
+		return mlog.Record{}, false
 	}
-	var rec mlog.TopicRecord
+	var rec mlog.Record
 	if err := json.Unmarshal(kv.Value, &rec); err != nil {
 		m.s.violate(kindSimError, "topic record does not decode: %v", err)
-		return mlog.TopicRecord{}, false
+		return mlog.Record{}, false
 	}
 	return rec, true
 }

@@ -53,7 +53,7 @@ type AppendAck = mlog.AppendAck
 
 // LedgerLog is a Log on a managed ledger (ledger mode).
 type LedgerLog struct {
-	T *mlogclient.Topic
+	T *mlogclient.ManagedLedger
 }
 
 var _ Log = LedgerLog{}

@@ -10,7 +10,7 @@ import (
 
 // Append writes payload and returns its position once the ledger's ack
 // quorum has it (and the ledger is on the topic's persisted list).
-func (t *Topic) Append(ctx context.Context, payload []byte) (mlog.Position, error) {
+func (t *ManagedLedger) Append(ctx context.Context, payload []byte) (mlog.Position, error) {
 	ch := make(chan mlog.AppendAck, 1)
 	err := t.call(ctx, func() {
 		t.token++
@@ -32,7 +32,7 @@ func (t *Topic) Append(ctx context.Context, payload []byte) (mlog.Position, erro
 // arrives on the channel. Appends submitted one after another from one
 // goroutine are written, and acknowledged, in that order — which a Kafka
 // partition relies on to hand out offsets before the write is durable.
-func (t *Topic) AppendAsync(payload []byte) <-chan mlog.AppendAck {
+func (t *ManagedLedger) AppendAsync(payload []byte) <-chan mlog.AppendAck {
 	ch := make(chan mlog.AppendAck, 1)
 	ok := t.post(func() {
 		t.token++
@@ -48,7 +48,7 @@ func (t *Topic) AppendAsync(payload []byte) <-chan mlog.AppendAck {
 // Read returns up to maxEntries entries from the first one at or after
 // from, across ledgers, within what producers have been acknowledged.
 // Recent entries come from the cache; the rest from the bookies.
-func (t *Topic) Read(ctx context.Context, from mlog.Position, maxEntries int) ([]Entry, error) {
+func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries int) ([]Entry, error) {
 	type miss struct {
 		span  mlog.ReadSpan
 		index int // where its entries go in out
@@ -99,7 +99,7 @@ func (t *Topic) Read(ctx context.Context, from mlog.Position, maxEntries int) ([
 }
 
 // Stats returns the core's stats with the cache counters.
-func (t *Topic) Stats(ctx context.Context) (mlog.Stats, error) {
+func (t *ManagedLedger) Stats(ctx context.Context) (mlog.Stats, error) {
 	var s mlog.Stats
 	err := t.call(ctx, func() { s = t.core.Stats() })
 	t.statsMu.Lock()
@@ -109,7 +109,7 @@ func (t *Topic) Stats(ctx context.Context) (mlog.Stats, error) {
 }
 
 // Ledgers returns the topic's ledger list.
-func (t *Topic) Ledgers(ctx context.Context) ([]mlog.LedgerInfo, error) {
+func (t *ManagedLedger) Ledgers(ctx context.Context) ([]mlog.LedgerInfo, error) {
 	var ls []mlog.LedgerInfo
 	err := t.call(ctx, func() { ls = t.core.Ledgers() })
 	return ls, err
@@ -117,7 +117,7 @@ func (t *Topic) Ledgers(ctx context.Context) ([]mlog.LedgerInfo, error) {
 
 // Close persists the cursors, closes the current ledger and stops. It
 // returns the topic's error when it had already stopped (mlog.ErrFenced).
-func (t *Topic) Close(ctx context.Context) error {
+func (t *ManagedLedger) Close(ctx context.Context) error {
 	ch := make(chan error, 1)
 	err := t.call(ctx, func() {
 		if done, err := t.core.Done(); done {
@@ -140,13 +140,13 @@ func (t *Topic) Close(ctx context.Context) error {
 
 // Cursor is a subscription on the topic.
 type Cursor struct {
-	t    *Topic
+	t    *ManagedLedger
 	name string
 }
 
 // OpenCursor opens (or creates) the named cursor; a new one starts at the
 // beginning of the topic when fromStart, else at its end.
-func (t *Topic) OpenCursor(ctx context.Context, name string, fromStart bool) (*Cursor, error) {
+func (t *ManagedLedger) OpenCursor(ctx context.Context, name string, fromStart bool) (*Cursor, error) {
 	var err error
 	if cerr := t.call(ctx, func() { err = t.core.OpenCursor(name, fromStart, time.Now()) }); cerr != nil {
 		return nil, cerr
@@ -252,4 +252,4 @@ func (c *entryCache) get(p mlog.Position) ([]byte, bool) {
 
 // Done is closed once the topic's loop has ended (closed, or fenced by a
 // new owner). An AppendAsync still unanswered then never will be.
-func (t *Topic) Done() <-chan struct{} { return t.done }
+func (t *ManagedLedger) Done() <-chan struct{} { return t.done }

@@ -23,7 +23,7 @@ func BenchmarkTopicReads(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	srv := startCluster(b)
-	cfg := config(b, srv, "bench", mlog.TopicConfig{Rollover: mlog.RolloverPolicy{MaxEntries: 5000}, Retention: keepAll})
+	cfg := config(b, srv, "bench", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 5000}, Retention: keepAll})
 	cfg.CacheEntries = 1024
 	tp, err := Open(ctx, "bench/ns/topic", cfg)
 	if err != nil {

@@ -47,7 +47,7 @@ func TestEntryCacheIsBoundedByCountAndBytes(t *testing.T) {
 // later: callers read what the function writes once call returns, and the
 // race detector caught Ledgers doing so while the loop was still writing.
 func TestAbandonedCallNeverRuns(t *testing.T) {
-	tp := &Topic{inbox: make(chan func(), 8), done: make(chan struct{})}
+	tp := &ManagedLedger{inbox: make(chan func(), 8), done: make(chan struct{})}
 	tp.ctx, tp.cancel = context.WithCancel(context.Background())
 	defer tp.cancel()
 	release := make(chan struct{})

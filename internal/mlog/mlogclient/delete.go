@@ -17,14 +17,14 @@ import (
 // (garbage, never a record naming a deleted ledger). A topic that does not
 // exist is already deleted.
 func Delete(ctx context.Context, store meta.Store, ledgers *ledgerclient.Client, name string) error {
-	kv, err := store.Get(ctx, mlog.TopicKey(name))
+	kv, err := store.Get(ctx, mlog.Key(name))
 	if errors.Is(err, meta.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("delete topic %s: %w", name, err)
 	}
-	var rec mlog.TopicRecord
+	var rec mlog.Record
 	if err := json.Unmarshal(kv.Value, &rec); err != nil {
 		return fmt.Errorf("delete topic %s: %w", name, err)
 	}

@@ -14,7 +14,7 @@ func TestDeleteRemovesRecordCursorsAndLedgers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := startCluster(t)
-	cfg := config(t, srv, "owner-a", mlog.TopicConfig{})
+	cfg := config(t, srv, "owner-a", mlog.Config{})
 	tp, err := Open(ctx, "tenant/ns/doomed", cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestDeleteRemovesRecordCursorsAndLedgers(t *testing.T) {
 	if err := Delete(ctx, cfg.Store, cfg.Ledgers, "tenant/ns/doomed"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cfg.Store.Get(ctx, mlog.TopicKey("tenant/ns/doomed")); !errors.Is(err, meta.ErrNotFound) {
+	if _, err := cfg.Store.Get(ctx, mlog.Key("tenant/ns/doomed")); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("topic record after delete: %v", err)
 	}
 	if _, err := cfg.Store.Get(ctx, mlog.CursorKey("tenant/ns/doomed", "sub")); !errors.Is(err, meta.ErrNotFound) {
@@ -56,7 +56,7 @@ func TestDeleteRemovesRecordCursorsAndLedgers(t *testing.T) {
 	if err := Delete(ctx, cfg.Store, cfg.Ledgers, "tenant/ns/doomed"); err != nil {
 		t.Fatal(err)
 	}
-	tp2, err := Open(ctx, "tenant/ns/doomed", config(t, srv, "owner-b", mlog.TopicConfig{}))
+	tp2, err := Open(ctx, "tenant/ns/doomed", config(t, srv, "owner-b", mlog.Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package mlogclient is the production shell around the managed-ledger core
-// (mlog.Topic): it carries out the core's ledger operations with
+// (mlog.ManagedLedger): it carries out the core's ledger operations with
 // ledgerclient, its metadata operations with a meta.Store, feeds it ticks
 // from a ticker, and answers producers and readers. One goroutine owns each
 // topic's core, fed through a channel, so the core needs no locks.
@@ -26,8 +26,8 @@ import (
 type Config struct {
 	Ledgers *ledgerclient.Client
 	Store   meta.Store
-	// Topic configures the core; its Name is set by Open.
-	Topic mlog.TopicConfig
+	// Core configures the core; its Name is set by Open.
+	Core mlog.Config
 	// Ensemble, WriteQuorum, AckQuorum of new ledgers (default 3, 3, 2).
 	Ensemble, WriteQuorum, AckQuorum int
 	// Tick is how often the core gets Tick (default 100ms).
@@ -47,8 +47,8 @@ type Entry struct {
 	Payload []byte
 }
 
-// Topic is an open topic owned by this process.
-type Topic struct {
+// ManagedLedger is an open topic owned by this process.
+type ManagedLedger struct {
 	cfg  Config
 	name string
 	log  *slog.Logger
@@ -59,7 +59,7 @@ type Topic struct {
 	done   chan struct{}
 
 	// Owned by the loop goroutine.
-	core     *mlog.Topic
+	core     *mlog.ManagedLedger
 	writers  map[int64]*ledgerclient.Writer
 	payloads map[mlog.OpID][]byte // appends in flight, for the cache
 	waiters  map[uint64]chan mlog.AppendAck
@@ -74,7 +74,7 @@ type Topic struct {
 }
 
 // Open takes the topic over and returns once it accepts appends.
-func Open(ctx context.Context, name string, cfg Config) (*Topic, error) {
+func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) {
 	if cfg.Ensemble == 0 {
 		cfg.Ensemble, cfg.WriteQuorum, cfg.AckQuorum = 3, 3, 2
 	}
@@ -93,12 +93,12 @@ func Open(ctx context.Context, name string, cfg Config) (*Topic, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cfg.Topic.Name = name
+	cfg.Core.Name = name
 	loopCtx, cancel := context.WithCancel(context.Background())
-	t := &Topic{
+	t := &ManagedLedger{
 		cfg: cfg, name: name, log: cfg.Logger.With("component", "mlog", "topic", name),
 		inbox: make(chan func(), 1024), ctx: loopCtx, cancel: cancel, done: make(chan struct{}),
-		core: mlog.NewTopic(cfg.Topic), writers: map[int64]*ledgerclient.Writer{},
+		core: mlog.New(cfg.Core), writers: map[int64]*ledgerclient.Writer{},
 		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]chan mlog.AppendAck{},
 		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes),
 	}
@@ -120,7 +120,7 @@ func Open(ctx context.Context, name string, cfg Config) (*Topic, error) {
 }
 
 // post runs f on the loop goroutine; false once the loop has ended.
-func (t *Topic) post(f func()) bool {
+func (t *ManagedLedger) post(f func()) bool {
 	select {
 	case t.inbox <- f:
 		return true
@@ -133,7 +133,7 @@ func (t *Topic) post(f func()) bool {
 // error (ctx ended, or the loop stopped) f has not run and never will, so
 // callers may read what f writes exactly when call returns nil; if f had
 // already started, call waits for it (f is short: it only steps the core).
-func (t *Topic) call(ctx context.Context, f func()) error {
+func (t *ManagedLedger) call(ctx context.Context, f func()) error {
 	const (
 		pending = iota
 		started
@@ -175,12 +175,12 @@ func (t *Topic) call(ctx context.Context, f func()) error {
 	return err
 }
 
-func (t *Topic) stop() {
+func (t *ManagedLedger) stop() {
 	t.cancel()
 	<-t.done
 }
 
-func (t *Topic) run() {
+func (t *ManagedLedger) run() {
 	defer close(t.done)
 	ticker := time.NewTicker(t.cfg.Tick)
 	defer ticker.Stop()
@@ -199,7 +199,7 @@ func (t *Topic) run() {
 }
 
 // process carries out the core's Ready until it is empty.
-func (t *Topic) process() {
+func (t *ManagedLedger) process() {
 	for rd := t.core.Ready(); !rd.Empty(); rd = t.core.Ready() {
 		for _, ev := range rd.Events {
 			t.onEvent(ev)
@@ -229,7 +229,7 @@ func (t *Topic) process() {
 	}
 }
 
-func (t *Topic) onEvent(ev mlog.Event) {
+func (t *ManagedLedger) onEvent(ev mlog.Event) {
 	switch ev.Kind {
 	case mlog.EventOpened:
 		t.settleOpen(nil)
@@ -244,7 +244,7 @@ func (t *Topic) onEvent(ev mlog.Event) {
 	}
 }
 
-func (t *Topic) settleOpen(err error) {
+func (t *ManagedLedger) settleOpen(err error) {
 	if t.opened == nil {
 		return
 	}
@@ -256,7 +256,7 @@ func (t *Topic) settleOpen(err error) {
 }
 
 // failWaiters answers every append still waiting when the loop ends.
-func (t *Topic) failWaiters(err error) {
+func (t *ManagedLedger) failWaiters(err error) {
 	for tok, ch := range t.waiters {
 		ch <- mlog.AppendAck{Token: tok, Err: err}
 		delete(t.waiters, tok)
@@ -271,7 +271,7 @@ func (t *Topic) failWaiters(err error) {
 	}
 }
 
-func (t *Topic) runMeta(op mlog.MetaOp) mlog.MetaResult {
+func (t *ManagedLedger) runMeta(op mlog.MetaOp) mlog.MetaResult {
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.OpTimeout)
 	defer cancel()
 	res := mlog.MetaResult{ID: op.ID}
@@ -291,7 +291,7 @@ func (t *Topic) runMeta(op mlog.MetaOp) mlog.MetaResult {
 
 // runLedger starts one ledger operation. Appends are handed to the writer
 // right here, on the loop goroutine, so they reach it in the core's order.
-func (t *Topic) runLedger(op mlog.LedgerOp) {
+func (t *ManagedLedger) runLedger(op mlog.LedgerOp) {
 	deliver := func(res mlog.LedgerResult) {
 		res.ID = op.ID
 		t.post(func() {

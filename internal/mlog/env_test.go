@@ -76,17 +76,17 @@ func (e *fakeEnv) advance(d time.Duration) { e.now = e.now.Add(d) }
 // owner is one would-be owner: a Topic plus what its Ready delivered.
 type owner struct {
 	e      *fakeEnv
-	tp     *Topic
+	tp     *ManagedLedger
 	acks   map[uint64]AppendAck
 	events []Event
 	token  uint64
 }
 
-func (e *fakeEnv) newOwner(cfg TopicConfig) *owner {
+func (e *fakeEnv) newOwner(cfg Config) *owner {
 	if cfg.Name == "" {
 		cfg.Name = "t"
 	}
-	return &owner{e: e, tp: NewTopic(cfg), acks: map[uint64]AppendAck{}}
+	return &owner{e: e, tp: New(cfg), acks: map[uint64]AppendAck{}}
 }
 
 // open starts the takeover and runs it to the end.
@@ -252,13 +252,13 @@ func (l *fakeLedger) stats() (entries, size int64) {
 	return int64(len(l.entries)), size
 }
 
-func (e *fakeEnv) record(name string) TopicRecord {
+func (e *fakeEnv) record(name string) Record {
 	e.t.Helper()
-	kv, ok := e.store[TopicKey(name)]
+	kv, ok := e.store[Key(name)]
 	if !ok {
 		e.t.Fatalf("no record for %s", name)
 	}
-	rec, err := unmarshalTopicRecord(kv.value)
+	rec, err := unmarshalRecord(kv.value)
 	if err != nil {
 		e.t.Fatal(err)
 	}

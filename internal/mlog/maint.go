@@ -11,7 +11,7 @@ import (
 
 // Tick drives everything time-based: rollover by age and its retries,
 // cursor persistence, TTL, backlog quota, trimming and record fix-ups.
-func (t *Topic) Tick(now time.Time) {
+func (t *ManagedLedger) Tick(now time.Time) {
 	t.now = now
 	if p := t.recordCheck; p != nil && (t.phase == phaseOpen || t.phase == phaseClosing) {
 		t.recordCheck = nil
@@ -35,7 +35,7 @@ func (t *Topic) Tick(now time.Time) {
 
 // --- rollover ---
 
-func (t *Topic) startRoll() {
+func (t *ManagedLedger) startRoll() {
 	t.roll.active = true
 	if t.roll.spare == 0 && !t.roll.creating {
 		t.roll.creating = true
@@ -45,7 +45,7 @@ func (t *Topic) startRoll() {
 
 // tryRollCAS writes the list with the current ledger closed and the spare
 // one appended, once the current ledger's appends have drained.
-func (t *Topic) tryRollCAS() {
+func (t *ManagedLedger) tryRollCAS() {
 	if t.phase != phaseOpen || !t.roll.active || t.roll.spare == 0 || t.roll.casing || t.inflight > 0 || t.recordBusy {
 		return
 	}
@@ -56,7 +56,7 @@ func (t *Topic) tryRollCAS() {
 	t.casRecord(pendingMeta{purpose: metaRecordRoll, proposal: proposal}, proposal)
 }
 
-func (t *Topic) onRollRecorded(proposal []LedgerInfo, res MetaResult) {
+func (t *ManagedLedger) onRollRecorded(proposal []LedgerInfo, res MetaResult) {
 	p := t.roll
 	t.roll.casing = false
 	if res.Err != nil {
@@ -83,7 +83,7 @@ func (t *Topic) onRollRecorded(proposal []LedgerInfo, res MetaResult) {
 // rolloverFailed keeps writing to the current ledger (the seed's metadata
 // store degradation: producing continues, only the rollover waits) and
 // retries after RetryInterval.
-func (t *Topic) rolloverFailed(err error) {
+func (t *ManagedLedger) rolloverFailed(err error) {
 	t.stats.RolloverFailures++
 	t.stats.LastRolloverError = err.Error()
 	t.roll.active = false
@@ -94,7 +94,7 @@ func (t *Topic) rolloverFailed(err error) {
 
 // --- trimming ---
 
-func (t *Topic) trim() {
+func (t *ManagedLedger) trim() {
 	if t.recordBusy || t.roll.active {
 		return
 	}
@@ -106,7 +106,7 @@ func (t *Topic) trim() {
 	t.casRecord(pendingMeta{purpose: metaRecordTrim, ledgers: ids}, slices.Clone(t.list.infos[len(ids):]))
 }
 
-func (t *Topic) onTrimRecorded(ids []int64, res MetaResult) {
+func (t *ManagedLedger) onTrimRecorded(ids []int64, res MetaResult) {
 	if res.Err != nil {
 		return // retried on a later tick
 	}
@@ -120,7 +120,7 @@ func (t *Topic) onTrimRecorded(ids []int64, res MetaResult) {
 }
 
 // slowest returns the smallest mark-delete position over all cursors.
-func (t *Topic) slowest() (Position, bool) {
+func (t *ManagedLedger) slowest() (Position, bool) {
 	var s Position
 	found := false
 	for _, cs := range t.cursors {
@@ -137,7 +137,7 @@ func (t *Topic) slowest() (Position, bool) {
 // of the topic, or at its beginning when fromStart. Its name is added to the
 // topic record on a later tick, its snapshot written at the next persist:
 // a crash in between loses the new subscription, never acknowledged data.
-func (t *Topic) OpenCursor(name string, fromStart bool, now time.Time) error {
+func (t *ManagedLedger) OpenCursor(name string, fromStart bool, now time.Time) error {
 	t.now = now
 	if err := validCursorName(name); err != nil {
 		return err
@@ -166,7 +166,7 @@ func (t *Topic) OpenCursor(name string, fromStart bool, now time.Time) error {
 // DeleteCursor removes a subscription: its acknowledgements no longer hold
 // back trimming (the seed's immediate fix for storage pinned by an abandoned
 // subscription). Its record goes once the topic record stops naming it.
-func (t *Topic) DeleteCursor(name string, now time.Time) error {
+func (t *ManagedLedger) DeleteCursor(name string, now time.Time) error {
 	t.now = now
 	cs, ok := t.cursors[name]
 	if !ok {
@@ -192,7 +192,7 @@ func (t *Topic) DeleteCursor(name string, now time.Time) error {
 }
 
 // Cursor returns the named cursor (read only: acknowledge through Ack).
-func (t *Topic) Cursor(name string) (*Cursor, bool) {
+func (t *ManagedLedger) Cursor(name string) (*Cursor, bool) {
 	cs, ok := t.cursors[name]
 	if !ok {
 		return nil, false
@@ -201,16 +201,16 @@ func (t *Topic) Cursor(name string) (*Cursor, bool) {
 }
 
 // Ack acknowledges p individually on the named cursor.
-func (t *Topic) Ack(cursor string, p Position, now time.Time) error {
+func (t *ManagedLedger) Ack(cursor string, p Position, now time.Time) error {
 	return t.ack(cursor, p, now, (*Cursor).Ack)
 }
 
 // AckCumulative acknowledges every position <= p on the named cursor.
-func (t *Topic) AckCumulative(cursor string, p Position, now time.Time) error {
+func (t *ManagedLedger) AckCumulative(cursor string, p Position, now time.Time) error {
 	return t.ack(cursor, p, now, (*Cursor).AckCumulative)
 }
 
-func (t *Topic) ack(cursor string, p Position, now time.Time, op func(*Cursor, Position) bool) error {
+func (t *ManagedLedger) ack(cursor string, p Position, now time.Time, op func(*Cursor, Position) bool) error {
 	t.now = now
 	cs, ok := t.cursors[cursor]
 	if !ok {
@@ -223,7 +223,7 @@ func (t *Topic) ack(cursor string, p Position, now time.Time, op func(*Cursor, P
 	return nil
 }
 
-func (t *Topic) applyAck(cs *cursorState, op func(*Cursor) bool) {
+func (t *ManagedLedger) applyAck(cs *cursorState, op func(*Cursor) bool) {
 	if op(cs.c) {
 		cs.mdMovedAt = t.now
 	}
@@ -236,7 +236,7 @@ func (t *Topic) applyAck(cs *cursorState, op func(*Cursor) bool) {
 
 // persistCursors writes changed cursors: at most once per
 // CursorPersistInterval each, or all of them when force (Close).
-func (t *Topic) persistCursors(force bool) {
+func (t *ManagedLedger) persistCursors(force bool) {
 	for _, name := range t.cursorNames {
 		cs := t.cursors[name]
 		if cs == nil || !cs.dirty || cs.persisting || (!force && t.now.Sub(cs.lastPersist) < t.cfg.CursorPersistInterval) {
@@ -246,7 +246,7 @@ func (t *Topic) persistCursors(force bool) {
 	}
 }
 
-func (t *Topic) onCursorPersisted(p pendingMeta, res MetaResult) {
+func (t *ManagedLedger) onCursorPersisted(p pendingMeta, res MetaResult) {
 	name, persisted, cledger := p.cursor, p.persisted, p.cledger
 	cs := t.cursors[name]
 	if cs == nil {
@@ -288,7 +288,7 @@ func (t *Topic) onCursorPersisted(p pendingMeta, res MetaResult) {
 // whose answer was lost, and we take its version (the snapshot it names is
 // one we wrote, so nothing is lost); anything else was written by another
 // owner, which recovered our cursor ledger first: we lost the topic.
-func (t *Topic) onOwnerChecked(name string, res MetaResult) {
+func (t *ManagedLedger) onOwnerChecked(name string, res MetaResult) {
 	cs := t.cursors[name]
 	if res.Err != nil || cs == nil {
 		return // cursor stays dirty: the next persist tries again
@@ -304,7 +304,7 @@ func (t *Topic) onOwnerChecked(name string, res MetaResult) {
 
 // cursorBacklog returns a cursor's unacknowledged entries and (estimated)
 // bytes.
-func (t *Topic) cursorBacklog(c *Cursor) (entries, bytes int64) {
+func (t *ManagedLedger) cursorBacklog(c *Cursor) (entries, bytes int64) {
 	entries, bytes = t.list.backlog(c.MarkDelete())
 	if acked, ok := c.AckedCount(); ok {
 		entries -= acked
@@ -317,7 +317,7 @@ func (t *Topic) cursorBacklog(c *Cursor) (entries, bytes int64) {
 }
 
 // publishedBy returns an upper bound on p's publish time, or zero.
-func (t *Topic) publishedBy(p Position) time.Time {
+func (t *ManagedLedger) publishedBy(p Position) time.Time {
 	if x := t.times[p.LedgerID]; x != nil {
 		if at, ok := x.publishedBy(p.EntryID); ok {
 			return at
@@ -330,7 +330,7 @@ func (t *Topic) publishedBy(p Position) time.Time {
 	return time.Time{}
 }
 
-func (t *Topic) quotaExceeded() bool {
+func (t *ManagedLedger) quotaExceeded() bool {
 	q := t.cfg.Quota
 	if q.LimitSize <= 0 && q.LimitAge <= 0 {
 		return false
@@ -348,7 +348,7 @@ func (t *Topic) quotaExceeded() bool {
 	return false
 }
 
-func (t *Topic) applyQuota() {
+func (t *ManagedLedger) applyQuota() {
 	exceeded := t.quotaExceeded()
 	if exceeded && t.cfg.Quota.Policy == ConsumerBacklogEviction {
 		t.evict()
@@ -369,7 +369,7 @@ func (t *Topic) applyQuota() {
 	}
 }
 
-func (t *Topic) releaseHeld() {
+func (t *ManagedLedger) releaseHeld() {
 	held := t.held
 	t.held = nil
 	for _, q := range held {
@@ -379,7 +379,7 @@ func (t *Topic) releaseHeld() {
 
 // evict advances cursors past their oldest backlog until they are within
 // the quota (consumer_backlog_eviction).
-func (t *Topic) evict() {
+func (t *ManagedLedger) evict() {
 	q := t.cfg.Quota
 	if q.LimitAge > 0 {
 		t.expire(t.now.Add(-q.LimitAge), EventBacklogEvicted)
@@ -407,7 +407,7 @@ func (t *Topic) evict() {
 
 // evictTarget returns the position through which to acknowledge so that at
 // least excess bytes of backlog after md are dropped.
-func (t *Topic) evictTarget(md Position, excess int64) (Position, bool) {
+func (t *ManagedLedger) evictTarget(md Position, excess int64) (Position, bool) {
 	var target Position
 	found := false
 	for _, info := range t.list.infos[t.list.index(md.LedgerID):] {
@@ -432,7 +432,7 @@ func (t *Topic) evictTarget(md Position, excess int64) (Position, bool) {
 
 // expire acknowledges, on every cursor, the entries published no later than
 // cutoff (message TTL, and age eviction).
-func (t *Topic) expire(cutoff time.Time, kind EventKind) {
+func (t *ManagedLedger) expire(cutoff time.Time, kind EventKind) {
 	through, ok := t.publishedThrough(cutoff)
 	if !ok {
 		return
@@ -450,7 +450,7 @@ func (t *Topic) expire(cutoff time.Time, kind EventKind) {
 
 // publishedThrough returns the last position known to be published no later
 // than cutoff: whole ledgers closed by then, then the time index.
-func (t *Topic) publishedThrough(cutoff time.Time) (Position, bool) {
+func (t *ManagedLedger) publishedThrough(cutoff time.Time) (Position, bool) {
 	var through Position
 	found := false
 	for _, info := range t.list.infos {
@@ -474,7 +474,7 @@ func (t *Topic) publishedThrough(cutoff time.Time) (Position, bool) {
 
 // Close stops accepting appends, persists every cursor, waits for the
 // in-flight appends and closes the current ledger. Done reports the end.
-func (t *Topic) Close(now time.Time) {
+func (t *ManagedLedger) Close(now time.Time) {
 	t.now = now
 	if t.phase >= phaseClosing {
 		return
@@ -498,7 +498,7 @@ func (t *Topic) Close(now time.Time) {
 	t.tryFinishClose()
 }
 
-func (t *Topic) tryFinishClose() {
+func (t *ManagedLedger) tryFinishClose() {
 	if t.phase != phaseClosing {
 		return
 	}
@@ -520,7 +520,7 @@ func (t *Topic) tryFinishClose() {
 // --- stats and reads ---
 
 // Stats returns the topic's state for metrics.
-func (t *Topic) Stats() Stats {
+func (t *ManagedLedger) Stats() Stats {
 	s := t.stats
 	s.Phase = t.phase.String()
 	s.CurrentLedger = t.current
@@ -557,7 +557,7 @@ type ReadSpan struct {
 // Locate returns the spans holding up to maxEntries entries from the first
 // entry at or after from, across ledgers, within what has been
 // acknowledged to producers.
-func (t *Topic) Locate(from Position, maxEntries int) []ReadSpan {
+func (t *ManagedLedger) Locate(from Position, maxEntries int) []ReadSpan {
 	var spans []ReadSpan
 	start, ok := predecessor(from)
 	if !ok {

@@ -23,7 +23,7 @@ func driveLosing(o *owner, lose *bool, applied bool) {
 		o.events = append(o.events, rd.Events...)
 		for _, op := range rd.MetaOps {
 			var res MetaResult
-			if *lose && op.Kind == MetaPut && op.Key == TopicKey("t") {
+			if *lose && op.Kind == MetaPut && op.Key == Key("t") {
 				*lose = false
 				if applied {
 					e.doMeta(op)
@@ -41,16 +41,16 @@ func driveLosing(o *owner, lose *bool, applied bool) {
 	e.t.Fatal("topic never settles")
 }
 
-// TestTopicRolloverAnswerLost: a rollover CAS that applied but whose answer
+// TestManagedLedgerRolloverAnswerLost: a rollover CAS that applied but whose answer
 // was lost (ErrUnavailable) must not let the owner write on to the ledger
 // the record now closes — those entries would be acknowledged past the end
 // the next owner reads. Found by `quire sim topic` (e.g. seed 45). The
 // other case: the CAS really did not apply, and the owner writes on.
-func TestTopicRolloverAnswerLost(t *testing.T) {
+func TestManagedLedgerRolloverAnswerLost(t *testing.T) {
 	for _, applied := range []bool{true, false} {
 		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
 			e := newFakeEnv(t)
-			o := e.newOwner(TopicConfig{Owner: "a", Rollover: RolloverPolicy{MaxEntries: 2}})
+			o := e.newOwner(Config{Owner: "a", Rollover: RolloverPolicy{MaxEntries: 2}})
 			o.open()
 			lose := true
 			var tokens []uint64
@@ -84,12 +84,12 @@ func TestTopicRolloverAnswerLost(t *testing.T) {
 	}
 }
 
-// TestTopicSyncAnswerLost: a record write (here the one registering a new
+// TestManagedLedgerSyncAnswerLost: a record write (here the one registering a new
 // cursor) that applied with its answer lost must not make the owner fence
 // itself at its next record write (found by `quire sim topic`, seed 42).
-func TestTopicSyncAnswerLost(t *testing.T) {
+func TestManagedLedgerSyncAnswerLost(t *testing.T) {
 	e := newFakeEnv(t)
-	o := e.newOwner(TopicConfig{Owner: "a", Rollover: RolloverPolicy{MaxEntries: 2}})
+	o := e.newOwner(Config{Owner: "a", Rollover: RolloverPolicy{MaxEntries: 2}})
 	o.open()
 	if err := o.tp.OpenCursor("c", true, e.now); err != nil {
 		t.Fatal(err)

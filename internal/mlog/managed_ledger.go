@@ -11,7 +11,7 @@ import (
 	"quire/internal/meta"
 )
 
-// Topic is the managed ledger of one topic owned by this process: a
+// ManagedLedger is the managed ledger of one topic owned by this process: a
 // deterministic state machine in the style of ledger.Writer. Inputs go in
 // through Open, Append, Ack, AckCumulative, OpenCursor, StepLedger,
 // StepMeta, Tick and Close — each with the current time, since the core
@@ -28,8 +28,8 @@ import (
 //   - a failed CAS on the topic or a cursor record (ErrBadVersion,
 //     ErrExists), or a fenced ledger, means another broker owns the topic:
 //     the core stops with ErrFenced and sends nothing more.
-type Topic struct {
-	cfg   TopicConfig
+type ManagedLedger struct {
+	cfg   Config
 	phase phase
 	err   error // why the topic stopped (phaseFailed)
 	ready Ready
@@ -53,7 +53,7 @@ type Topic struct {
 	// recordCheck: a read settling a record CAS with an unknown outcome
 	// failed; the next Tick repeats it (recordBusy stays set meanwhile).
 	recordCheck *pendingMeta
-	list        topicLedgers
+	list        ledgerIndex
 	times       map[int64]*timeIndex
 	loadWaiting int // cursor records still being read during Open
 	openLedger  int64
@@ -146,17 +146,17 @@ type cursorState struct {
 // Open starts taking the topic over: read its record and cursors, recover
 // and close the previous owner's last ledger, create a new one and CAS it
 // onto the list. Appends given meanwhile queue.
-func (t *Topic) Open(now time.Time) {
+func (t *ManagedLedger) Open(now time.Time) {
 	t.now = now
 	if t.phase != phaseNew {
 		return
 	}
 	t.phase = phaseLoading
-	t.sendMeta(pendingMeta{purpose: metaLoadTopic}, MetaOp{Kind: MetaGet, Key: TopicKey(t.cfg.Name)})
+	t.sendMeta(pendingMeta{purpose: metaLoadTopic}, MetaOp{Kind: MetaGet, Key: Key(t.cfg.Name)})
 }
 
 // Ready returns and clears the work to do.
-func (t *Topic) Ready() Ready {
+func (t *ManagedLedger) Ready() Ready {
 	rd := t.ready
 	t.ready = Ready{}
 	return rd
@@ -164,19 +164,19 @@ func (t *Topic) Ready() Ready {
 
 // Done reports whether the topic stopped: closed cleanly (err nil) or failed
 // (ErrFenced, or why Open failed).
-func (t *Topic) Done() (bool, error) {
+func (t *ManagedLedger) Done() (bool, error) {
 	return t.phase == phaseClosed || t.phase == phaseFailed, t.err
 }
 
 // Err returns why the topic stopped, or nil.
-func (t *Topic) Err() error { return t.err }
+func (t *ManagedLedger) Err() error { return t.err }
 
 // Phase names the topic's phase, for logs and tests.
-func (t *Topic) Phase() string { return t.phase.String() }
+func (t *ManagedLedger) Phase() string { return t.phase.String() }
 
 // Append accepts a producer's entry, identified by token in the AppendAck
 // that answers it.
-func (t *Topic) Append(token uint64, payload []byte, now time.Time) {
+func (t *ManagedLedger) Append(token uint64, payload []byte, now time.Time) {
 	t.now = now
 	switch {
 	case t.phase == phaseFailed:
@@ -216,7 +216,7 @@ func (t *Topic) Append(token uint64, payload []byte, now time.Time) {
 
 // enqueue sends q to the current ledger or, while none is writable, queues
 // it (bounded).
-func (t *Topic) enqueue(q queuedAppend) {
+func (t *ManagedLedger) enqueue(q queuedAppend) {
 	if t.phase == phaseOpen && !t.roll.active && len(t.queue) == 0 {
 		t.sendAppend(q)
 		return
@@ -228,14 +228,14 @@ func (t *Topic) enqueue(q queuedAppend) {
 	t.queue = append(t.queue, q)
 }
 
-func (t *Topic) sendAppend(q queuedAppend) {
+func (t *ManagedLedger) sendAppend(q queuedAppend) {
 	t.inflight++
 	t.sendLedger(pendingLedger{token: q.token, size: int64(len(q.payload))},
 		LedgerOp{Kind: LedgerAppend, Ledger: t.current, Payload: q.payload})
 }
 
 // flushQueue sends queued appends once a ledger is writable again.
-func (t *Topic) flushQueue() {
+func (t *ManagedLedger) flushQueue() {
 	if t.phase != phaseOpen || t.roll.active {
 		return
 	}
@@ -246,12 +246,12 @@ func (t *Topic) flushQueue() {
 	}
 }
 
-func (t *Topic) ackErr(token uint64, err error) {
+func (t *ManagedLedger) ackErr(token uint64, err error) {
 	t.ready.Acks = append(t.ready.Acks, AppendAck{Token: token, Err: err})
 }
 
 // StepLedger feeds the result of a ledger operation.
-func (t *Topic) StepLedger(res LedgerResult, now time.Time) {
+func (t *ManagedLedger) StepLedger(res LedgerResult, now time.Time) {
 	t.now = now
 	p, ok := t.ledgerOps[res.ID]
 	if !ok {
@@ -288,7 +288,7 @@ func (t *Topic) StepLedger(res LedgerResult, now time.Time) {
 	}
 }
 
-func (t *Topic) onAppended(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) onAppended(p pendingLedger, res LedgerResult) {
 	if p.ledger == t.current {
 		t.inflight--
 	}
@@ -311,7 +311,7 @@ func (t *Topic) onAppended(p pendingLedger, res LedgerResult) {
 }
 
 // afterWrite moves a rollover or a close on once in-flight appends drained.
-func (t *Topic) afterWrite() {
+func (t *ManagedLedger) afterWrite() {
 	if t.phase == phaseOpen && !t.roll.active && (t.roll.force || t.cfg.Rollover.ShouldRoll(t.currentInfo(), t.now)) &&
 		!t.now.Before(t.roll.retryAt) {
 		t.startRoll()
@@ -320,7 +320,7 @@ func (t *Topic) afterWrite() {
 	t.tryFinishClose()
 }
 
-func (t *Topic) onRecovered(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) onRecovered(p pendingLedger, res LedgerResult) {
 	if res.Err != nil {
 		t.fail(fmt.Errorf("open topic %s: recover ledger %d: %w", t.cfg.Name, p.ledger, res.Err))
 		return
@@ -330,14 +330,14 @@ func (t *Topic) onRecovered(p pendingLedger, res LedgerResult) {
 	t.createLedger(phaseCreating)
 }
 
-func (t *Topic) createLedger(next phase) {
+func (t *ManagedLedger) createLedger(next phase) {
 	if next != phaseOpen {
 		t.phase = next
 	}
 	t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerCreate})
 }
 
-func (t *Topic) onCreated(res LedgerResult) {
+func (t *ManagedLedger) onCreated(res LedgerResult) {
 	if t.phase == phaseCreating {
 		if res.Err != nil {
 			t.fail(fmt.Errorf("open topic %s: create ledger: %w", t.cfg.Name, res.Err))
@@ -365,7 +365,7 @@ func (t *Topic) onCreated(res LedgerResult) {
 	t.tryRollCAS()
 }
 
-func (t *Topic) onLedgerClosed(p pendingLedger, res LedgerResult) {
+func (t *ManagedLedger) onLedgerClosed(p pendingLedger, res LedgerResult) {
 	if p.ledger == t.current {
 		t.closing.ledgerClosed = true
 		t.tryFinishClose()
@@ -387,7 +387,7 @@ func (t *Topic) onLedgerClosed(p pendingLedger, res LedgerResult) {
 }
 
 // StepMeta feeds the result of a metadata operation.
-func (t *Topic) StepMeta(res MetaResult, now time.Time) {
+func (t *ManagedLedger) StepMeta(res MetaResult, now time.Time) {
 	t.now = now
 	p, ok := t.metaOps[res.ID]
 	if !ok {
@@ -472,7 +472,7 @@ func (t *Topic) StepMeta(res MetaResult, now time.Time) {
 	t.tryFinishClose()
 }
 
-func (t *Topic) onTopicLoaded(res MetaResult) {
+func (t *ManagedLedger) onTopicLoaded(res MetaResult) {
 	switch {
 	case errors.Is(res.Err, meta.ErrNotFound):
 		t.recordVersion = 0
@@ -480,7 +480,7 @@ func (t *Topic) onTopicLoaded(res MetaResult) {
 		t.fail(fmt.Errorf("open topic %s: read record: %w", t.cfg.Name, res.Err))
 		return
 	default:
-		rec, err := unmarshalTopicRecord(res.Value)
+		rec, err := unmarshalRecord(res.Value)
 		if err != nil {
 			t.fail(fmt.Errorf("open topic %s: %w", t.cfg.Name, err))
 			return
@@ -498,7 +498,7 @@ func (t *Topic) onTopicLoaded(res MetaResult) {
 	}
 }
 
-func (t *Topic) onCursorLoaded(name string, res MetaResult) {
+func (t *ManagedLedger) onCursorLoaded(name string, res MetaResult) {
 	opts := t.cursorOptions()
 	cs := &cursorState{mdMovedAt: t.now}
 	switch {
@@ -552,7 +552,7 @@ func (t *Topic) onCursorLoaded(name string, res MetaResult) {
 }
 
 // cursorLoaded finishes loading one cursor.
-func (t *Topic) cursorLoaded(name string, cs *cursorState) {
+func (t *ManagedLedger) cursorLoaded(name string, cs *cursorState) {
 	delete(t.loading, name)
 	cs.lastPersist = t.now
 	t.cursors[name] = cs
@@ -562,7 +562,7 @@ func (t *Topic) cursorLoaded(name string, cs *cursorState) {
 	}
 }
 
-func (t *Topic) afterLoad() {
+func (t *ManagedLedger) afterLoad() {
 	if n := len(t.list.infos); n > 0 && t.list.infos[n-1].Closed.IsZero() {
 		t.phase = phaseRecovering
 		id := t.list.infos[n-1].ID
@@ -575,7 +575,7 @@ func (t *Topic) afterLoad() {
 // fail stops the topic: every queued or held append fails; appends already
 // sent to a ledger are answered by their results (an entry the ledger
 // acknowledged is durable even if we lost the topic since).
-func (t *Topic) fail(err error) {
+func (t *ManagedLedger) fail(err error) {
 	if t.phase == phaseFailed {
 		return
 	}
@@ -591,11 +591,11 @@ func (t *Topic) fail(err error) {
 	t.event(kind, "", err, "")
 }
 
-func (t *Topic) event(kind EventKind, cursor string, err error, detail string) {
+func (t *ManagedLedger) event(kind EventKind, cursor string, err error, detail string) {
 	t.ready.Events = append(t.ready.Events, Event{Kind: kind, Cursor: cursor, Err: err, Detail: detail})
 }
 
-func (t *Topic) sendLedger(p pendingLedger, op LedgerOp) {
+func (t *ManagedLedger) sendLedger(p pendingLedger, op LedgerOp) {
 	if op.Kind == LedgerDelete && t.phase == phaseFailed && op.Ledger != t.openLedger {
 		return
 	}
@@ -606,7 +606,7 @@ func (t *Topic) sendLedger(p pendingLedger, op LedgerOp) {
 	t.ready.LedgerOps = append(t.ready.LedgerOps, op)
 }
 
-func (t *Topic) sendMeta(p pendingMeta, op MetaOp) {
+func (t *ManagedLedger) sendMeta(p pendingMeta, op MetaOp) {
 	t.nextOp++
 	op.ID = t.nextOp
 	t.metaOps[op.ID] = p
@@ -614,9 +614,9 @@ func (t *Topic) sendMeta(p pendingMeta, op MetaOp) {
 }
 
 // casRecord writes the topic record with ledgers as its list.
-func (t *Topic) casRecord(p pendingMeta, ledgers []LedgerInfo) {
-	rec := TopicRecord{Ledgers: ledgers, Cursors: t.cursorNames, Owner: t.cfg.Owner}
-	op := MetaOp{Kind: MetaPut, Key: TopicKey(t.cfg.Name), Value: rec.marshal(), Version: t.recordVersion}
+func (t *ManagedLedger) casRecord(p pendingMeta, ledgers []LedgerInfo) {
+	rec := Record{Ledgers: ledgers, Cursors: t.cursorNames, Owner: t.cfg.Owner}
+	op := MetaOp{Kind: MetaPut, Key: Key(t.cfg.Name), Value: rec.marshal(), Version: t.recordVersion}
 	if t.recordVersion == 0 {
 		op.Kind = MetaCreate
 	}
@@ -629,7 +629,7 @@ func (t *Topic) casRecord(p pendingMeta, ledgers []LedgerInfo) {
 }
 
 // afterRecordWrite acts on the known outcome of a roll, trim or sync CAS.
-func (t *Topic) afterRecordWrite(p pendingMeta, res MetaResult) {
+func (t *ManagedLedger) afterRecordWrite(p pendingMeta, res MetaResult) {
 	switch p.purpose {
 	case metaRecordRoll:
 		t.onRollRecorded(p.proposal, res)
@@ -645,15 +645,15 @@ func (t *Topic) afterRecordWrite(p pendingMeta, res MetaResult) {
 // checkRecord reads the record to settle the CAS p, which reported err.
 // recordBusy stays set until it is settled, so no other record write (and
 // no rollover) starts meanwhile.
-func (t *Topic) checkRecord(p pendingMeta, err error) {
+func (t *ManagedLedger) checkRecord(p pendingMeta, err error) {
 	t.recordBusy = true
-	t.sendMeta(pendingMeta{purpose: metaRecordCheck, check: &p, checkErr: err}, MetaOp{Kind: MetaGet, Key: TopicKey(t.cfg.Name)})
+	t.sendMeta(pendingMeta{purpose: metaRecordCheck, check: &p, checkErr: err}, MetaOp{Kind: MetaGet, Key: Key(t.cfg.Name)})
 }
 
 // onRecordChecked settles a CAS with an unknown outcome from the record as
 // stored: at our version still (it did not apply), exactly what we wrote
 // (it applied), or anything else (another owner wrote it: we are fenced).
-func (t *Topic) onRecordChecked(p pendingMeta, res MetaResult) {
+func (t *ManagedLedger) onRecordChecked(p pendingMeta, res MetaResult) {
 	if res.Err != nil {
 		t.recordCheck = &p
 		return
@@ -670,14 +670,14 @@ func (t *Topic) onRecordChecked(p pendingMeta, res MetaResult) {
 	}
 }
 
-func (t *Topic) currentInfo() LedgerInfo {
+func (t *ManagedLedger) currentInfo() LedgerInfo {
 	if n := len(t.list.infos); n > 0 && t.list.infos[n-1].ID == t.current {
 		return t.list.infos[n-1]
 	}
 	return LedgerInfo{}
 }
 
-func (t *Topic) timesOf(id int64) *timeIndex {
+func (t *ManagedLedger) timesOf(id int64) *timeIndex {
 	x := t.times[id]
 	if x == nil {
 		x = &timeIndex{}
@@ -686,7 +686,7 @@ func (t *Topic) timesOf(id int64) *timeIndex {
 	return x
 }
 
-func (t *Topic) cursorOptions() CursorOptions {
+func (t *ManagedLedger) cursorOptions() CursorOptions {
 	return CursorOptions{Ledgers: &t.list, MaxRangesToPersist: t.cfg.MaxRangesToPersist}
 }
 
@@ -696,7 +696,7 @@ func isFenced(err error) bool {
 
 // Ledgers returns a copy of the ledger list (the current ledger last, with
 // the entries acknowledged so far).
-func (t *Topic) Ledgers() []LedgerInfo { return slices.Clone(t.list.infos) }
+func (t *ManagedLedger) Ledgers() []LedgerInfo { return slices.Clone(t.list.infos) }
 
 // Current returns the ledger appends go to (0 before Open finished).
-func (t *Topic) Current() int64 { return t.current }
+func (t *ManagedLedger) Current() int64 { return t.current }

@@ -10,13 +10,13 @@ import (
 	"time"
 )
 
-// TestTopicRandomized drives the core with random appends, acks, ticks,
+// TestManagedLedgerRandomized drives the core with random appends, acks, ticks,
 // metadata outages and takeovers, and checks after every step that every
 // acknowledged append is still stored unless its ledger was trimmed, and
 // that a ledger is deleted only when it is off the list and every cursor
 // of the owner deleting it has acknowledged all of it. The early-trim
 // mutant must be caught.
-func TestTopicRandomized(t *testing.T) {
+func TestManagedLedgerRandomized(t *testing.T) {
 	for seed := uint64(1); seed <= 40; seed++ {
 		if v := runRandomTopic(t, seed, false); v != "" {
 			t.Fatalf("seed %d: %s", seed, v)
@@ -24,7 +24,7 @@ func TestTopicRandomized(t *testing.T) {
 	}
 }
 
-func TestTopicRandomizedCatchesEarlyTrim(t *testing.T) {
+func TestManagedLedgerRandomizedCatchesEarlyTrim(t *testing.T) {
 	for seed := uint64(1); seed <= 40; seed++ {
 		if v := runRandomTopic(t, seed, true); v != "" {
 			return // caught
@@ -36,7 +36,7 @@ func TestTopicRandomizedCatchesEarlyTrim(t *testing.T) {
 func runRandomTopic(t *testing.T, seed uint64, earlyTrim bool) (violation string) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	e := newFakeEnv(t)
-	cfg := TopicConfig{
+	cfg := Config{
 		Rollover:              RolloverPolicy{MaxEntries: int64(2 + rng.IntN(5))},
 		CursorPersistInterval: time.Second,
 		RetryInterval:         time.Second,

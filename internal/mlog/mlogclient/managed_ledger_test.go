@@ -44,7 +44,7 @@ func startCluster(t testing.TB) *meta.MemServer {
 	return srv
 }
 
-func config(t testing.TB, srv *meta.MemServer, name string, topic mlog.TopicConfig) Config {
+func config(t testing.TB, srv *meta.MemServer, name string, topic mlog.Config) Config {
 	t.Helper()
 	bc := client.New(client.Config{Logger: quiet, RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond})
 	t.Cleanup(bc.Close)
@@ -52,12 +52,12 @@ func config(t testing.TB, srv *meta.MemServer, name string, topic mlog.TopicConf
 	lc := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bc, Tick: 10 * time.Millisecond,
 		RequestTimeoutTicks: 100, Name: name, Logger: quiet})
 	topic.Owner = name
-	return Config{Ledgers: lc, Store: store, Topic: topic, Tick: 10 * time.Millisecond, Logger: quiet}
+	return Config{Ledgers: lc, Store: store, Core: topic, Tick: 10 * time.Millisecond, Logger: quiet}
 }
 
 func payload(i int) []byte { return []byte(fmt.Sprintf("message-%05d", i)) }
 
-func openTopic(t *testing.T, ctx context.Context, srv *meta.MemServer, owner string, topic mlog.TopicConfig) *Topic {
+func openTopic(t *testing.T, ctx context.Context, srv *meta.MemServer, owner string, topic mlog.Config) *ManagedLedger {
 	t.Helper()
 	tp, err := Open(ctx, "tenant/ns/topic", config(t, srv, owner, topic))
 	if err != nil {
@@ -71,7 +71,7 @@ func openTopic(t *testing.T, ctx context.Context, srv *meta.MemServer, owner str
 	return tp
 }
 
-func readAll(t *testing.T, ctx context.Context, tp *Topic, from mlog.Position) []Entry {
+func readAll(t *testing.T, ctx context.Context, tp *ManagedLedger, from mlog.Position) []Entry {
 	t.Helper()
 	var out []Entry
 	for {
@@ -92,7 +92,7 @@ func TestAppendAcrossRolloversAndRead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := startCluster(t)
-	tp := openTopic(t, ctx, srv, "a", mlog.TopicConfig{Rollover: mlog.RolloverPolicy{MaxEntries: 10}, Retention: keepAll})
+	tp := openTopic(t, ctx, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 10}, Retention: keepAll})
 	var positions []mlog.Position
 	for i := range 45 {
 		p, err := tp.Append(ctx, payload(i))
@@ -142,7 +142,7 @@ func testTakeover(t *testing.T, limit int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := startCluster(t)
-	cfg := mlog.TopicConfig{Rollover: mlog.RolloverPolicy{MaxEntries: 8}, CursorPersistInterval: 10 * time.Millisecond,
+	cfg := mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 8}, CursorPersistInterval: 10 * time.Millisecond,
 		MaxRangesToPersist: limit}
 	a := openTopic(t, ctx, srv, "a", cfg)
 	sub, err := a.OpenCursor(ctx, "sub", true)
@@ -234,7 +234,7 @@ func TestTailingReaderServedFromCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := startCluster(t)
-	tp := openTopic(t, ctx, srv, "a", mlog.TopicConfig{Rollover: mlog.RolloverPolicy{MaxEntries: 25}, Retention: keepAll})
+	tp := openTopic(t, ctx, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 25}, Retention: keepAll})
 	next := mlog.Position{}
 	for i := range 100 {
 		if _, err := tp.Append(ctx, payload(i)); err != nil {
@@ -258,7 +258,7 @@ func TestMetadataOutageKeepsWriting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := startCluster(t)
-	tp := openTopic(t, ctx, srv, "a", mlog.TopicConfig{Rollover: mlog.RolloverPolicy{MaxEntries: 5},
+	tp := openTopic(t, ctx, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 5},
 		Retention: keepAll, RetryInterval: 20 * time.Millisecond})
 	first, err := tp.Append(ctx, payload(0))
 	if err != nil {
@@ -301,7 +301,7 @@ func TestTrimDeletesConsumedLedgers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := startCluster(t)
-	cfg := config(t, srv, "a", mlog.TopicConfig{Rollover: mlog.RolloverPolicy{MaxEntries: 5}})
+	cfg := config(t, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 5}})
 	tp, err := Open(ctx, "trim", cfg)
 	if err != nil {
 		t.Fatal(err)

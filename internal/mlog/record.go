@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// TopicKeyPrefix is where topic records live in the metadata store.
-const TopicKeyPrefix = "/quire/topics/"
+// KeyPrefix is where topic records live in the metadata store.
+const KeyPrefix = "/quire/topics/"
 
-// TopicKey is the metadata key of a topic's record (its ledger list).
-func TopicKey(topic string) string { return TopicKeyPrefix + topic }
+// Key is the metadata key of a topic's record (its ledger list).
+func Key(topic string) string { return KeyPrefix + topic }
 
 // CursorKey is the metadata key of one cursor's record: a small
 // CursorPointer naming the cursor ledger entry that holds its newest
@@ -21,12 +21,12 @@ func TopicKey(topic string) string { return TopicKeyPrefix + topic }
 // not inside it, so that persisting a busy cursor never rewrites the ledger
 // list.
 func CursorKey(topic, cursor string) string {
-	return TopicKeyPrefix + topic + "/cursors/" + cursor
+	return KeyPrefix + topic + "/cursors/" + cursor
 }
 
-// TopicRecord is the topic's record in the metadata store. Every change is a
+// Record is the topic's record in the metadata store. Every change is a
 // CAS by the owner; a failed CAS means another broker took the topic.
-type TopicRecord struct {
+type Record struct {
 	// Ledgers is the ledger list, oldest first; the last one is the one the
 	// owner writes (open), all others are closed.
 	Ledgers []LedgerInfo `json:"ledgers"`
@@ -36,7 +36,7 @@ type TopicRecord struct {
 	Owner string `json:"owner,omitempty"`
 }
 
-func (r *TopicRecord) marshal() []byte {
+func (r *Record) marshal() []byte {
 	b, err := json.Marshal(r)
 	if err != nil {
 		panic(fmt.Sprintf("marshal topic record: %v", err)) // plain structs: cannot fail
@@ -44,33 +44,33 @@ func (r *TopicRecord) marshal() []byte {
 	return b
 }
 
-func unmarshalTopicRecord(b []byte) (TopicRecord, error) {
-	var r TopicRecord
+func unmarshalRecord(b []byte) (Record, error) {
+	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return TopicRecord{}, fmt.Errorf("topic record: %w", err)
+		return Record{}, fmt.Errorf("topic record: %w", err)
 	}
 	for i := 1; i < len(r.Ledgers); i++ {
 		if r.Ledgers[i].ID <= r.Ledgers[i-1].ID {
-			return TopicRecord{}, fmt.Errorf("topic record: ledger ids not increasing at %d", i)
+			return Record{}, fmt.Errorf("topic record: ledger ids not increasing at %d", i)
 		}
 	}
 	return r, nil
 }
 
-// topicLedgers is the topic's in-memory ledger list: the persisted LedgerInfo
+// ledgerIndex is the topic's in-memory ledger list: the persisted LedgerInfo
 // plus, for the current ledger, the entries acknowledged so far. It answers
 // the cursors' Ledgers questions without I/O.
-type topicLedgers struct {
+type ledgerIndex struct {
 	infos []LedgerInfo
 }
 
 // index returns the position in infos of the first ledger with id >= id.
-func (l *topicLedgers) index(id int64) int {
+func (l *ledgerIndex) index(id int64) int {
 	return sort.Search(len(l.infos), func(i int) bool { return l.infos[i].ID >= id })
 }
 
 // Next implements Ledgers.
-func (l *topicLedgers) Next(p Position) (Position, bool) {
+func (l *ledgerIndex) Next(p Position) (Position, bool) {
 	for i := l.index(p.LedgerID); i < len(l.infos); i++ {
 		info := l.infos[i]
 		next := int64(0)
@@ -85,14 +85,14 @@ func (l *topicLedgers) Next(p Position) (Position, bool) {
 }
 
 // exists reports whether p holds an entry.
-func (l *topicLedgers) exists(p Position) bool {
+func (l *ledgerIndex) exists(p Position) bool {
 	i := l.index(p.LedgerID)
 	return i < len(l.infos) && l.infos[i].ID == p.LedgerID && p.EntryID >= 0 && p.EntryID < l.infos[i].Entries
 }
 
 // start is the mark-delete position of a cursor that has acknowledged
 // nothing: just before the first ledger.
-func (l *topicLedgers) start() Position {
+func (l *ledgerIndex) start() Position {
 	if len(l.infos) == 0 {
 		return BeforeLedger(0)
 	}
@@ -101,7 +101,7 @@ func (l *topicLedgers) start() Position {
 
 // last returns the position of the last entry in the topic (BeforeLedger of
 // the first ledger when empty).
-func (l *topicLedgers) last() Position {
+func (l *ledgerIndex) last() Position {
 	for i := len(l.infos) - 1; i >= 0; i-- {
 		if l.infos[i].Entries > 0 {
 			return Position{l.infos[i].ID, l.infos[i].Entries - 1}
@@ -113,7 +113,7 @@ func (l *topicLedgers) last() Position {
 // backlog estimates the entries and bytes after md (entries include the
 // individually acknowledged ones; the caller subtracts them). Bytes within a
 // ledger are estimated from the ledger's average entry size.
-func (l *topicLedgers) backlog(md Position) (entries, bytes int64) {
+func (l *ledgerIndex) backlog(md Position) (entries, bytes int64) {
 	for _, info := range l.infos[l.index(md.LedgerID):] {
 		n := info.Entries
 		if info.ID == md.LedgerID {
@@ -128,7 +128,7 @@ func (l *topicLedgers) backlog(md Position) (entries, bytes int64) {
 }
 
 // countRange counts the entries in r.
-func (l *topicLedgers) countRange(r Range) int64 {
+func (l *ledgerIndex) countRange(r Range) int64 {
 	var n int64
 	for _, info := range l.infos[l.index(r.Lo.LedgerID):] {
 		if info.ID > r.Hi.LedgerID {
@@ -147,7 +147,7 @@ func (l *topicLedgers) countRange(r Range) int64 {
 }
 
 // totalSize is the storage the topic's ledgers hold.
-func (l *topicLedgers) totalSize() int64 {
+func (l *ledgerIndex) totalSize() int64 {
 	var s int64
 	for _, info := range l.infos {
 		s += info.Size

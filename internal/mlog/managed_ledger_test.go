@@ -10,9 +10,9 @@ import (
 // noRoll never rolls over by itself (tests that do not care).
 var noRoll = RolloverPolicy{MaxEntries: 1 << 40}
 
-func TestTopicOpenAppendTakeover(t *testing.T) {
+func TestManagedLedgerOpenAppendTakeover(t *testing.T) {
 	e := newFakeEnv(t)
-	a := e.newOwner(TopicConfig{Owner: "a", Rollover: noRoll})
+	a := e.newOwner(Config{Owner: "a", Rollover: noRoll})
 	a.open()
 	if a.tp.Phase() != "open" {
 		t.Fatalf("phase %s, err %v", a.tp.Phase(), a.tp.Err())
@@ -25,7 +25,7 @@ func TestTopicOpenAppendTakeover(t *testing.T) {
 		}
 	}
 
-	b := e.newOwner(TopicConfig{Owner: "b", Rollover: noRoll})
+	b := e.newOwner(Config{Owner: "b", Rollover: noRoll})
 	b.open()
 	if b.tp.Phase() != "open" {
 		t.Fatalf("b: phase %s, err %v", b.tp.Phase(), b.tp.Err())
@@ -54,16 +54,16 @@ func TestTopicOpenAppendTakeover(t *testing.T) {
 
 // Two would-be owners read the same record, then both try to take over:
 // exactly one CAS wins, the other is fenced and deletes the ledger it made.
-func TestTopicTwoOwnersRace(t *testing.T) {
+func TestManagedLedgerTwoOwnersRace(t *testing.T) {
 	for _, existing := range []bool{false, true} {
 		e := newFakeEnv(t)
 		if existing {
-			z := e.newOwner(TopicConfig{Rollover: noRoll})
+			z := e.newOwner(Config{Rollover: noRoll})
 			z.open()
 			z.append(3, 1)
 		}
-		a := e.newOwner(TopicConfig{Owner: "a", Rollover: noRoll})
-		b := e.newOwner(TopicConfig{Owner: "b", Rollover: noRoll})
+		a := e.newOwner(Config{Owner: "a", Rollover: noRoll})
+		b := e.newOwner(Config{Owner: "b", Rollover: noRoll})
 		a.tp.Open(e.now)
 		b.tp.Open(e.now)
 		rdA, rdB := a.tp.Ready(), b.tp.Ready()
@@ -89,7 +89,7 @@ func TestTopicTwoOwnersRace(t *testing.T) {
 	}
 }
 
-func TestTopicRollover(t *testing.T) {
+func TestManagedLedgerRollover(t *testing.T) {
 	tests := []struct {
 		name   string
 		policy RolloverPolicy
@@ -121,7 +121,7 @@ func TestTopicRollover(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newFakeEnv(t)
-			o := e.newOwner(TopicConfig{Rollover: tt.policy})
+			o := e.newOwner(Config{Rollover: tt.policy})
 			o.open()
 			tt.steps(o)
 			var got []int64
@@ -154,9 +154,9 @@ func TestTopicRollover(t *testing.T) {
 // P7: with the metadata store down, writes continue on the current ledger
 // past the rollover point; the rollover is retried and succeeds once the
 // store is back.
-func TestTopicRolloverDuringMetadataOutage(t *testing.T) {
+func TestManagedLedgerRolloverDuringMetadataOutage(t *testing.T) {
 	e := newFakeEnv(t)
-	o := e.newOwner(TopicConfig{Rollover: RolloverPolicy{MaxEntries: 3}, RetryInterval: time.Second})
+	o := e.newOwner(Config{Rollover: RolloverPolicy{MaxEntries: 3}, RetryInterval: time.Second})
 	o.open()
 	first := o.tp.Current()
 	e.metaDown = true
@@ -199,7 +199,7 @@ func TestTopicRolloverDuringMetadataOutage(t *testing.T) {
 
 // threeLedgers opens a topic with a cursor from the start and fills ledgers
 // of 3 entries: two closed, one current.
-func threeLedgers(t *testing.T, cfg TopicConfig) (*fakeEnv, *owner, []LedgerInfo) {
+func threeLedgers(t *testing.T, cfg Config) (*fakeEnv, *owner, []LedgerInfo) {
 	e := newFakeEnv(t)
 	cfg.Rollover = RolloverPolicy{MaxEntries: 3}
 	o := e.newOwner(cfg)
@@ -215,9 +215,9 @@ func threeLedgers(t *testing.T, cfg TopicConfig) (*fakeEnv, *owner, []LedgerInfo
 	return e, o, ls
 }
 
-func TestTopicTrim(t *testing.T) {
+func TestManagedLedgerTrim(t *testing.T) {
 	for _, early := range []bool{false, true} {
-		e, o, ls := threeLedgers(t, TopicConfig{EarlyTrim: early})
+		e, o, ls := threeLedgers(t, Config{EarlyTrim: early})
 		if err := o.tp.AckCumulative("sub", Position{ls[0].ID, 1}, e.now); err != nil {
 			t.Fatal(err)
 		}
@@ -246,8 +246,8 @@ func TestTopicTrim(t *testing.T) {
 	}
 }
 
-func TestTopicTrimWaitsForRetentionAndMetadata(t *testing.T) {
-	e, o, ls := threeLedgers(t, TopicConfig{Retention: RetentionPolicy{Time: time.Hour, Size: -1}})
+func TestManagedLedgerTrimWaitsForRetentionAndMetadata(t *testing.T) {
+	e, o, ls := threeLedgers(t, Config{Retention: RetentionPolicy{Time: time.Hour, Size: -1}})
 	if err := o.tp.AckCumulative("sub", Position{ls[1].ID, 2}, e.now); err != nil {
 		t.Fatal(err)
 	}
@@ -269,8 +269,8 @@ func TestTopicTrimWaitsForRetentionAndMetadata(t *testing.T) {
 }
 
 // P8: one unacknowledged message pins every ledger after it.
-func TestTopicStorageLockedByOneUnackedMessage(t *testing.T) {
-	e, o, ls := threeLedgers(t, TopicConfig{})
+func TestManagedLedgerStorageLockedByOneUnackedMessage(t *testing.T) {
+	e, o, ls := threeLedgers(t, Config{})
 	o.append(9, 10) // 16 entries in 6 ledgers
 	for _, l := range o.tp.Ledgers() {
 		for entry := range l.Entries {
@@ -314,8 +314,8 @@ func TestTopicStorageLockedByOneUnackedMessage(t *testing.T) {
 }
 
 // The other remedy for P8: delete the abandoned subscription.
-func TestTopicDeleteCursorUnpinsStorage(t *testing.T) {
-	e, o, ls := threeLedgers(t, TopicConfig{})
+func TestManagedLedgerDeleteCursorUnpinsStorage(t *testing.T) {
+	e, o, ls := threeLedgers(t, Config{})
 	if err := o.tp.OpenCursor("live", true, e.now); err != nil {
 		t.Fatal(err)
 	}
@@ -342,10 +342,10 @@ func TestTopicDeleteCursorUnpinsStorage(t *testing.T) {
 	}
 }
 
-func TestTopicBacklogQuota(t *testing.T) {
-	quota := func(p BacklogQuotaPolicy) TopicConfig {
+func TestManagedLedgerBacklogQuota(t *testing.T) {
+	quota := func(p BacklogQuotaPolicy) Config {
 		// threeLedgers leaves 70 bytes of backlog: the next append breaks it.
-		return TopicConfig{Quota: BacklogQuota{LimitSize: 65, Policy: p}, QuotaHoldTimeout: time.Minute}
+		return Config{Quota: BacklogQuota{LimitSize: 65, Policy: p}, QuotaHoldTimeout: time.Minute}
 	}
 	t.Run("producer_exception", func(t *testing.T) {
 		e, o, _ := threeLedgers(t, quota(ProducerException)) // 70 bytes of backlog
@@ -403,8 +403,8 @@ func TestTopicBacklogQuota(t *testing.T) {
 	})
 }
 
-func TestTopicBacklogQuotaAge(t *testing.T) {
-	e, o, _ := threeLedgers(t, TopicConfig{Quota: BacklogQuota{LimitAge: time.Hour, Policy: ProducerException}})
+func TestManagedLedgerBacklogQuotaAge(t *testing.T) {
+	e, o, _ := threeLedgers(t, Config{Quota: BacklogQuota{LimitAge: time.Hour, Policy: ProducerException}})
 	if err := o.ack(o.append(1, 1)[0]).Err; err != nil {
 		t.Fatal(err)
 	}
@@ -414,9 +414,9 @@ func TestTopicBacklogQuotaAge(t *testing.T) {
 	}
 }
 
-func TestTopicMessageTTL(t *testing.T) {
+func TestManagedLedgerMessageTTL(t *testing.T) {
 	e := newFakeEnv(t)
-	o := e.newOwner(TopicConfig{Rollover: RolloverPolicy{MaxEntries: 3}, MessageTTL: 10 * time.Minute, TimeIndexInterval: time.Second})
+	o := e.newOwner(Config{Rollover: RolloverPolicy{MaxEntries: 3}, MessageTTL: 10 * time.Minute, TimeIndexInterval: time.Second})
 	o.open()
 	if err := o.tp.OpenCursor("sub", true, e.now); err != nil {
 		t.Fatal(err)
@@ -441,8 +441,8 @@ func TestTopicMessageTTL(t *testing.T) {
 	}
 }
 
-func TestTopicCursorPersistenceAndTakeover(t *testing.T) {
-	e, o, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Second, MaxRangesToPersist: 2})
+func TestManagedLedgerCursorPersistenceAndTakeover(t *testing.T) {
+	e, o, ls := threeLedgers(t, Config{CursorPersistInterval: time.Second, MaxRangesToPersist: 2})
 	for _, p := range []Position{{ls[0].ID, 0}, {ls[0].ID, 2}, {ls[1].ID, 1}, {ls[2].ID, 0}} {
 		if err := o.tp.Ack("sub", p, e.now); err != nil {
 			t.Fatal(err)
@@ -470,7 +470,7 @@ func TestTopicCursorPersistenceAndTakeover(t *testing.T) {
 		t.Fatal("cursor written twice within the interval")
 	}
 
-	b := e.newOwner(TopicConfig{Rollover: noRoll})
+	b := e.newOwner(Config{Rollover: noRoll})
 	b.open()
 	b.tick() // claims the cursor records
 	bc, ok := b.tp.Cursor("sub")
@@ -491,8 +491,8 @@ func TestTopicCursorPersistenceAndTakeover(t *testing.T) {
 	}
 }
 
-func TestTopicCloseFlushesCursors(t *testing.T) {
-	e, o, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Hour})
+func TestManagedLedgerCloseFlushesCursors(t *testing.T) {
+	e, o, ls := threeLedgers(t, Config{CursorPersistInterval: time.Hour})
 	o.tick()
 	if err := o.tp.AckCumulative("sub", Position{ls[1].ID, 0}, e.now); err != nil {
 		t.Fatal(err)
@@ -502,7 +502,7 @@ func TestTopicCloseFlushesCursors(t *testing.T) {
 	if done, err := o.tp.Done(); !done || err != nil {
 		t.Fatalf("close: %v %v (%s)", done, err, o.tp.Phase())
 	}
-	b := e.newOwner(TopicConfig{Rollover: noRoll})
+	b := e.newOwner(Config{Rollover: noRoll})
 	b.open()
 	bc, _ := b.tp.Cursor("sub")
 	if bc.MarkDelete() != (Position{ls[1].ID, 0}) {
@@ -513,8 +513,8 @@ func TestTopicCloseFlushesCursors(t *testing.T) {
 	}
 }
 
-func TestTopicAckValidation(t *testing.T) {
-	e, o, ls := threeLedgers(t, TopicConfig{})
+func TestManagedLedgerAckValidation(t *testing.T) {
+	e, o, ls := threeLedgers(t, Config{})
 	if err := o.tp.Ack("sub", Position{ls[2].ID, 5}, e.now); !errors.Is(err, ErrNoSuchEntry) {
 		t.Fatalf("ack beyond the end: %v", err)
 	}
@@ -523,8 +523,8 @@ func TestTopicAckValidation(t *testing.T) {
 	}
 }
 
-func TestTopicLocate(t *testing.T) {
-	_, o, ls := threeLedgers(t, TopicConfig{})
+func TestManagedLedgerLocate(t *testing.T) {
+	_, o, ls := threeLedgers(t, Config{})
 	got := o.tp.Locate(Position{ls[0].ID, 1}, 5)
 	want := []ReadSpan{{ls[0].ID, 1, 2}, {ls[1].ID, 0, 2}}
 	if !slices.Equal(got, want) {
@@ -537,10 +537,10 @@ func TestTopicLocate(t *testing.T) {
 
 // A fenced owner's late cursor write is fenced by the new owner's recovery
 // of its cursor ledger, and does not fence the new owner.
-func TestTopicCursorWriteRaceAfterTakeover(t *testing.T) {
-	e, a, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Second})
+func TestManagedLedgerCursorWriteRaceAfterTakeover(t *testing.T) {
+	e, a, ls := threeLedgers(t, Config{CursorPersistInterval: time.Second})
 	a.tick()
-	b := e.newOwner(TopicConfig{Rollover: noRoll, CursorPersistInterval: time.Second})
+	b := e.newOwner(Config{Rollover: noRoll, CursorPersistInterval: time.Second})
 	b.open()
 	e.advance(time.Second)
 	if err := a.tp.AckCumulative("sub", Position{ls[0].ID, 0}, e.now); err != nil {
@@ -566,14 +566,14 @@ func TestTopicCursorWriteRaceAfterTakeover(t *testing.T) {
 // ledger. Found by the topic simulator (seed 3528), where a later zombie
 // that had loaded the same record version as the stale opener then took the
 // claim for its own write.
-func TestTopicStaleOpenerLeavesNewerCursorAlone(t *testing.T) {
-	e, a, ls := threeLedgers(t, TopicConfig{CursorPersistInterval: time.Second})
+func TestManagedLedgerStaleOpenerLeavesNewerCursorAlone(t *testing.T) {
+	e, a, ls := threeLedgers(t, Config{CursorPersistInterval: time.Second})
 	a.tick()
-	stale := e.newOwner(TopicConfig{Owner: "stale", Rollover: noRoll, CursorPersistInterval: time.Second})
+	stale := e.newOwner(Config{Owner: "stale", Rollover: noRoll, CursorPersistInterval: time.Second})
 	stale.tp.Open(e.now)
 	stale.apply(stale.tp.Ready()) // reads the topic record, then stalls
 	a.append(3, 10)               // a rollover: the record moves on
-	b := e.newOwner(TopicConfig{Owner: "b", Rollover: noRoll, CursorPersistInterval: time.Second})
+	b := e.newOwner(Config{Owner: "b", Rollover: noRoll, CursorPersistInterval: time.Second})
 	b.open()
 	b.tick()
 	key := CursorKey("t", "sub")
@@ -599,9 +599,9 @@ func TestTopicStaleOpenerLeavesNewerCursorAlone(t *testing.T) {
 
 // Appends that arrive during a rollover queue (bounded) and go to the new
 // ledger once it is on the list.
-func TestTopicAppendsDuringRollover(t *testing.T) {
+func TestManagedLedgerAppendsDuringRollover(t *testing.T) {
 	e := newFakeEnv(t)
-	o := e.newOwner(TopicConfig{Rollover: RolloverPolicy{MaxEntries: 2}, MaxQueuedAppends: 2})
+	o := e.newOwner(Config{Rollover: RolloverPolicy{MaxEntries: 2}, MaxQueuedAppends: 2})
 	o.open()
 	first := o.tp.Current()
 	o.append(1, 1)

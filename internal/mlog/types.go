@@ -27,8 +27,8 @@ var (
 	ErrNoSuchCursor = errors.New("mlog: no such cursor")
 )
 
-// TopicConfig configures a Topic. Zero values take the defaults named.
-type TopicConfig struct {
+// Config configures a Topic. Zero values take the defaults named.
+type Config struct {
 	Name  string // topic name; part of the metadata keys
 	Owner string // this broker, written into the record for diagnostics
 
@@ -61,8 +61,8 @@ type TopicConfig struct {
 	EarlyTrim bool
 }
 
-// NewTopic returns a topic core; call Open to start the takeover.
-func NewTopic(cfg TopicConfig) *Topic {
+// New returns a topic core; call Open to start the takeover.
+func New(cfg Config) *ManagedLedger {
 	if cfg.Rollover == (RolloverPolicy{}) {
 		cfg.Rollover = DefaultRolloverPolicy()
 	}
@@ -90,7 +90,7 @@ func NewTopic(cfg TopicConfig) *Topic {
 	if cfg.TimeIndexInterval <= 0 {
 		cfg.TimeIndexInterval = time.Second
 	}
-	return &Topic{
+	return &ManagedLedger{
 		cfg:       cfg,
 		ledgerOps: map[OpID]pendingLedger{},
 		metaOps:   map[OpID]pendingMeta{},
