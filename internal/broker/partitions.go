@@ -13,7 +13,7 @@ import (
 	"quire/internal/bookie/wire"
 	"quire/internal/catalog"
 	"quire/internal/mlog/mlogclient"
-	"quire/internal/topic"
+	"quire/internal/partition"
 )
 
 // loaded is a partition being loaded or served by this broker.
@@ -21,12 +21,12 @@ type loaded struct {
 	name   string // partition name (persistent://…-partition-N)
 	bundle catalog.Bundle
 	ready  chan struct{} // closed when load finished (p or err set)
-	p      *topic.Partition
+	p      *partition.Partition
 	ml     *mlogclient.ManagedLedger
 	err    error
 }
 
-func (l *loaded) partition() *topic.Partition {
+func (l *loaded) partition() *partition.Partition {
 	select {
 	case <-l.ready:
 		return l.p
@@ -50,7 +50,7 @@ func floorKey(storage string) string { return "/quire/kafka/floors/" + storage }
 
 // partition returns the served partition p of topic, loading it when this
 // broker owns its bundle.
-func (b *Broker) partition(ctx context.Context, topicName string, idx int32) (*topic.Partition, error) {
+func (b *Broker) partition(ctx context.Context, topicName string, idx int32) (*partition.Partition, error) {
 	name := catalog.PartitionName(b.cfg.Namespace, topicName, idx)
 	for attempt := 0; ; attempt++ {
 		b.mu.Lock()
@@ -150,8 +150,8 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 		b.forget(l)
 		return
 	}
-	p, err := topic.Open(ctx, topic.Config{
-		Name: l.name, Log: topic.LedgerLog{T: t}, Store: b.cfg.Store, FloorKey: floorKey(storage), MaxBatchBytes: maxEntryBatch,
+	p, err := partition.Open(ctx, partition.Config{
+		Name: l.name, Log: ledgerLog{ml: t}, Store: b.cfg.Store, FloorKey: floorKey(storage), MaxBatchBytes: maxEntryBatch,
 		Logger: b.cfg.Logger,
 		OnFail: func(error) { b.drop(l) },
 	})

@@ -14,7 +14,7 @@ func (t *ManagedLedger) Append(ctx context.Context, payload []byte) (mlog.Positi
 	ch := make(chan mlog.AppendAck, 1)
 	err := t.call(ctx, func() {
 		t.token++
-		t.waiters[t.token] = ch
+		t.waiters[t.token] = func(a mlog.AppendAck) { ch <- a }
 		t.core.Append(t.token, payload, time.Now())
 	})
 	if err != nil {
@@ -28,21 +28,21 @@ func (t *ManagedLedger) Append(ctx context.Context, payload []byte) (mlog.Positi
 	}
 }
 
-// AppendAsync submits payload and returns at once; the ack (or error)
-// arrives on the channel. Appends submitted one after another from one
-// goroutine are written, and acknowledged, in that order — which a Kafka
-// partition relies on to hand out offsets before the write is durable.
-func (t *ManagedLedger) AppendAsync(payload []byte) <-chan mlog.AppendAck {
-	ch := make(chan mlog.AppendAck, 1)
+// AppendAsync submits payload and returns at once; done gets the ack (or
+// error) exactly once, on the loop goroutine or, when the managed ledger
+// has already ended, on the caller's: it must not block. Appends submitted
+// one after another from one goroutine are written, and acknowledged, in
+// that order — which a Kafka partition relies on to hand out offsets before
+// the write is durable.
+func (t *ManagedLedger) AppendAsync(payload []byte, done func(mlog.AppendAck)) {
 	ok := t.post(func() {
 		t.token++
-		t.waiters[t.token] = ch
+		t.waiters[t.token] = done
 		t.core.Append(t.token, payload, time.Now())
 	})
 	if !ok {
-		ch <- mlog.AppendAck{Err: mlog.ErrClosed}
+		done(mlog.AppendAck{Err: mlog.ErrClosed})
 	}
-	return ch
 }
 
 // Read returns up to maxEntries entries from the first one at or after

@@ -62,7 +62,7 @@ type ManagedLedger struct {
 	core     *mlog.ManagedLedger
 	writers  map[int64]*ledgerclient.Writer
 	payloads map[mlog.OpID][]byte // appends in flight, for the cache
-	waiters  map[uint64]chan mlog.AppendAck
+	waiters  map[uint64]func(mlog.AppendAck)
 	token    uint64
 	cache    entryCache
 	opened   chan error // answered once Open settles
@@ -99,7 +99,7 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		cfg: cfg, name: name, log: cfg.Logger.With("component", "mlog", "topic", name),
 		inbox: make(chan func(), 1024), ctx: loopCtx, cancel: cancel, done: make(chan struct{}),
 		core: mlog.New(cfg.Core), writers: map[int64]*ledgerclient.Writer{},
-		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]chan mlog.AppendAck{},
+		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]func(mlog.AppendAck){},
 		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes),
 	}
 	opened := make(chan error, 1)
@@ -214,9 +214,9 @@ func (t *ManagedLedger) process() {
 			t.runLedger(op)
 		}
 		for _, a := range rd.Acks {
-			if ch, ok := t.waiters[a.Token]; ok {
+			if done, ok := t.waiters[a.Token]; ok {
 				delete(t.waiters, a.Token)
-				ch <- a
+				done(a)
 			}
 		}
 	}
@@ -257,8 +257,8 @@ func (t *ManagedLedger) settleOpen(err error) {
 
 // failWaiters answers every append still waiting when the loop ends.
 func (t *ManagedLedger) failWaiters(err error) {
-	for tok, ch := range t.waiters {
-		ch <- mlog.AppendAck{Token: tok, Err: err}
+	for tok, done := range t.waiters {
+		done(mlog.AppendAck{Token: tok, Err: err})
 		delete(t.waiters, tok)
 	}
 	for id, w := range t.writers {

@@ -1,4 +1,4 @@
-package topic
+package partition
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package topic
+package partition
 
 import (
 	"context"
@@ -126,7 +126,7 @@ func (p *Partition) load(ctx context.Context) error {
 	var next, start int64
 	if len(segs) > 0 {
 		last := segs[len(segs)-1]
-		b, _, err := p.readBatch(ctx, Pos{LedgerID: last.ID, EntryID: last.Entries - 1})
+		b, _, err := p.readBatch(ctx, Pos{Segment: last.ID, Entry: last.Entries - 1})
 		if err != nil {
 			return fmt.Errorf("read the last batch: %w", err)
 		}
@@ -179,7 +179,7 @@ func (p *Partition) load(ctx context.Context) error {
 			}
 		}
 		last := es[len(es)-1].Pos
-		from = Pos{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
+		from = Pos{Segment: last.Segment, Entry: last.Entry + 1}
 	}
 	return nil
 }
@@ -192,7 +192,7 @@ func tailStart(segs []Segment, n int) (Pos, bool) {
 	left := int64(n)
 	for i := len(segs) - 1; i >= 0; i-- {
 		if segs[i].Entries >= left || i == 0 {
-			return Pos{LedgerID: segs[i].ID, EntryID: max(0, segs[i].Entries-left)}, true
+			return Pos{Segment: segs[i].ID, Entry: max(0, segs[i].Entries-left)}, true
 		}
 		left -= segs[i].Entries
 	}
@@ -255,7 +255,7 @@ func (p *Partition) firstOffset(ctx context.Context, s Segment) (int64, error) {
 	if ok {
 		return f, nil
 	}
-	b, _, err := p.readBatch(ctx, Pos{LedgerID: s.ID, EntryID: 0})
+	b, _, err := p.readBatch(ctx, Pos{Segment: s.ID, Entry: 0})
 	if err != nil {
 		return 0, fmt.Errorf("read the first batch of segment %d: %w", s.ID, err)
 	}
@@ -280,8 +280,8 @@ func (p *Partition) indexBatch(b Batch, pos Pos, size int32) {
 	if b.MaxTimestamp >= p.maxTs {
 		p.maxTs, p.maxTsOff = b.MaxTimestamp, b.LastOffset()
 	}
-	if _, ok := p.firsts[pos.LedgerID]; !ok && pos.EntryID == 0 {
-		p.firsts[pos.LedgerID] = b.BaseOffset
+	if _, ok := p.firsts[pos.Segment]; !ok && pos.Entry == 0 {
+		p.firsts[pos.Segment] = b.BaseOffset
 	}
 	p.avgSize = (p.avgSize*7 + int64(size)) / 8
 }
@@ -525,14 +525,14 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 			break
 		}
 		last := es[len(es)-1].Pos
-		pos = Pos{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
+		pos = Pos{Segment: last.Segment, Entry: last.Entry + 1}
 	}
 	if total > 0 {
 		p.mu.Lock()
 		if len(p.hints) > 4096 {
 			clear(p.hints)
 		}
-		p.hints[lastBatch.LastOffset()+1] = Pos{LedgerID: lastPos.LedgerID, EntryID: lastPos.EntryID + 1}
+		p.hints[lastBatch.LastOffset()+1] = Pos{Segment: lastPos.Segment, Entry: lastPos.Entry + 1}
 		p.mu.Unlock()
 	}
 	return res, nil
@@ -585,7 +585,7 @@ func (p *Partition) locateLog(ctx context.Context, offset int64) (Pos, error) {
 		if searchErr != nil {
 			return true
 		}
-		b, _, err := p.readBatch(ctx, Pos{LedgerID: s.ID, EntryID: int64(e)})
+		b, _, err := p.readBatch(ctx, Pos{Segment: s.ID, Entry: int64(e)})
 		if err != nil {
 			searchErr = err
 			return true
@@ -595,7 +595,7 @@ func (p *Partition) locateLog(ctx context.Context, offset int64) (Pos, error) {
 	if searchErr != nil {
 		return Pos{}, searchErr
 	}
-	return Pos{LedgerID: s.ID, EntryID: int64(e)}, nil
+	return Pos{Segment: s.ID, Entry: int64(e)}, nil
 }
 
 // OffsetForTimestamp implements kafka.Partition: the first batch whose max
@@ -665,7 +665,7 @@ func (p *Partition) searchTimeLog(ctx context.Context, ts int64) (Pos, bool, err
 		return b.MaxTimestamp >= ts
 	}
 	i := sort.Search(len(segs), func(i int) bool {
-		return probe(Pos{LedgerID: segs[i].ID, EntryID: segs[i].Entries - 1})
+		return probe(Pos{Segment: segs[i].ID, Entry: segs[i].Entries - 1})
 	})
 	if searchErr != nil {
 		return Pos{}, false, searchErr
@@ -674,11 +674,11 @@ func (p *Partition) searchTimeLog(ctx context.Context, ts int64) (Pos, bool, err
 		return Pos{}, false, nil
 	}
 	s := segs[i]
-	e := sort.Search(int(s.Entries), func(e int) bool { return probe(Pos{LedgerID: s.ID, EntryID: int64(e)}) })
+	e := sort.Search(int(s.Entries), func(e int) bool { return probe(Pos{Segment: s.ID, Entry: int64(e)}) })
 	if searchErr != nil {
 		return Pos{}, false, searchErr
 	}
-	return Pos{LedgerID: s.ID, EntryID: int64(e)}, true, nil
+	return Pos{Segment: s.ID, Entry: int64(e)}, true, nil
 }
 
 // MaxTimestamp implements kafka.Partition: the largest timestamp seen in

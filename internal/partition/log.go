@@ -4,19 +4,29 @@
 // long-poll waits. It is written against the Log interface, which ledger
 // mode implements with a managed ledger (LedgerLog) and ISR mode will
 // implement with a broker-local replicated log.
-package topic
+package partition
 
 import (
 	"context"
 	"errors"
-
-	"quire/internal/mlog"
-	"quire/internal/mlog/mlogclient"
+	"fmt"
 )
 
-// Pos names one entry of a log: entry Entry of segment Segment (in ledger
-// mode, a ledger of the managed ledger).
-type Pos = mlog.Position
+// Pos names one entry of a log: entry Entry of segment Segment. In ledger
+// mode a segment is a ledger of the managed ledger; a log with one segment
+// may use Segment 0 throughout. Positions grow in log order: by Segment,
+// then by Entry.
+type Pos struct {
+	Segment int64
+	Entry   int64
+}
+
+func (p Pos) String() string { return fmt.Sprintf("%d:%d", p.Segment, p.Entry) }
+
+// Less orders positions in log order.
+func (p Pos) Less(q Pos) bool {
+	return p.Segment < q.Segment || p.Segment == q.Segment && p.Entry < q.Entry
+}
 
 // Segment is one non-empty segment of a log, oldest first.
 type Segment struct {
@@ -31,7 +41,7 @@ type Entry struct {
 }
 
 // ErrLogClosed: the log stopped (closed, or fenced by a new owner).
-var ErrLogClosed = errors.New("topic: log closed")
+var ErrLogClosed = errors.New("partition: log closed")
 
 // Log is the storage a partition sits on. One writer: its owner.
 type Log interface {
@@ -48,44 +58,8 @@ type Log interface {
 	Close(ctx context.Context) error
 }
 
-// AppendAck answers one Append (Pos, or Err).
-type AppendAck = mlog.AppendAck
-
-// LedgerLog is a Log on a managed ledger (ledger mode).
-type LedgerLog struct {
-	T *mlogclient.ManagedLedger
+// AppendAck answers one Append: where the entry is stored, or why not.
+type AppendAck struct {
+	Pos Pos
+	Err error
 }
-
-var _ Log = LedgerLog{}
-
-func (l LedgerLog) Append(payload []byte) <-chan AppendAck { return l.T.AppendAsync(payload) }
-
-func (l LedgerLog) Read(ctx context.Context, from Pos, max int) ([]Entry, error) {
-	es, err := l.T.Read(ctx, from, max)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Entry, len(es))
-	for i, e := range es {
-		out[i] = Entry{Pos: e.Pos, Payload: e.Payload}
-	}
-	return out, nil
-}
-
-func (l LedgerLog) Segments(ctx context.Context) ([]Segment, error) {
-	ls, err := l.T.Ledgers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []Segment
-	for _, li := range ls {
-		if li.Entries > 0 {
-			out = append(out, Segment{ID: li.ID, Entries: li.Entries})
-		}
-	}
-	return out, nil
-}
-
-func (l LedgerLog) Done() <-chan struct{} { return l.T.Done() }
-
-func (l LedgerLog) Close(ctx context.Context) error { return l.T.Close(ctx) }

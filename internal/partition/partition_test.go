@@ -1,4 +1,4 @@
-package topic
+package partition
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func (l *memLog) Append(payload []byte) <-chan AppendAck {
 	}
 	s := &l.segs[len(l.segs)-1]
 	s.entries = append(s.entries, payload)
-	pos := Pos{LedgerID: s.id, EntryID: int64(len(s.entries) - 1)}
+	pos := Pos{Segment: s.id, Entry: int64(len(s.entries) - 1)}
 	ack := func() { ch <- AppendAck{Pos: pos} }
 	if l.hold {
 		l.held = append(l.held, ack)
@@ -82,7 +82,7 @@ func (l *memLog) Read(_ context.Context, from Pos, max int) ([]Entry, error) {
 	var out []Entry
 	for _, s := range l.segs {
 		for e, p := range s.entries {
-			pos := Pos{LedgerID: s.id, EntryID: int64(e)}
+			pos := Pos{Segment: s.id, Entry: int64(e)}
 			if pos.Less(from) {
 				continue
 			}
