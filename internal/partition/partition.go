@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -34,6 +35,10 @@ type Config struct {
 	// MaxBatchBytes is the largest batch the log can store as one entry
 	// (0: no limit); larger ones get MESSAGE_TOO_LARGE.
 	MaxBatchBytes int
+	// ProducerExpiry is how long an idempotent producer that appends
+	// nothing stays in the dedup table (Kafka's producer.id.expiration.ms,
+	// default 24h); ExpireProducers applies it.
+	ProducerExpiry time.Duration
 	// OnFail is called (once, without locks held) when the partition stops
 	// serving: its log failed or was fenced by a new owner.
 	OnFail func(error)
@@ -79,6 +84,10 @@ type Partition struct {
 	maxTsOff  int64
 	avgSize   int64
 	closing   bool
+	// refreshing: a background RefreshStart is running (at most one).
+	refreshing bool
+	// refreshes counts background refreshes started (tests).
+	refreshes int
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -97,6 +106,9 @@ func Open(ctx context.Context, cfg Config) (*Partition, error) {
 	}
 	if cfg.MaxIndexed <= 0 {
 		cfg.MaxIndexed = 50_000
+	}
+	if cfg.ProducerExpiry <= 0 {
+		cfg.ProducerExpiry = DefaultProducerExpiry
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -175,7 +187,7 @@ func (p *Partition) load(ctx context.Context) error {
 			}
 			p.indexBatch(b, e.Pos, int32(len(e.Payload)))
 			if b.Idempotent() {
-				p.producers.record(b, doneRecord())
+				p.producers.record(b, doneRecord(), time.Now())
 			}
 		}
 		last := es[len(es)-1].Pos
@@ -337,7 +349,7 @@ func (p *Partition) Append(raw []byte) <-chan kafka.AppendResult {
 	setOffsets(payload, b.BaseOffset, b.LeaderEpoch)
 	p.next = b.LastOffset() + 1
 	if rec != nil {
-		p.producers.record(b, rec)
+		p.producers.record(b, rec, time.Now())
 	}
 	p.queue = append(p.queue, &pending{batch: b, ack: p.cfg.Log.Append(payload), rec: rec, result: out, size: int32(len(payload))})
 	select {
@@ -510,7 +522,7 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 				// The entry that held offset is gone: retention deleted its
 				// ledger after we last looked at where the log starts.
 				// Never skip records silently; the client resets.
-				go p.RefreshStart(context.Background())
+				p.refreshStartInBackground()
 				return res, kerr.OffsetOutOfRange
 			}
 			if total > 0 && total+int32(len(e.Payload)) > maxBytes {
@@ -716,6 +728,56 @@ func (p *Partition) RefreshStart(ctx context.Context) error {
 	}
 	return nil
 }
+
+// DefaultProducerExpiry is Config.ProducerExpiry's default.
+const DefaultProducerExpiry = 24 * time.Hour
+
+// ExpireProducers forgets the idempotent producers that appended nothing
+// for ProducerExpiry before now, so the table does not grow with every
+// producer that ever wrote; it returns how many it forgot and how many
+// remain. The broker calls it from its maintenance loop.
+func (p *Partition) ExpireProducers(now time.Time) (expired, remaining int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	expired = p.producers.expire(now.Add(-p.cfg.ProducerExpiry))
+	return expired, len(p.producers.m)
+}
+
+// refreshStartInBackground starts RefreshStart unless one started here is
+// still running: every consumer of a trimmed partition may read out of
+// range at once, and they all need the same answer.
+func (p *Partition) refreshStartInBackground() {
+	p.mu.Lock()
+	if p.refreshing {
+		p.mu.Unlock()
+		return
+	}
+	p.refreshing = true
+	p.refreshes++
+	p.mu.Unlock()
+	go func() {
+		defer func() {
+			p.mu.Lock()
+			p.refreshing = false
+			p.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), refreshStartTimeout)
+		defer cancel()
+		go func() { // a closing partition stops waiting at once
+			select {
+			case <-p.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := p.RefreshStart(ctx); err != nil {
+			p.log.Debug("refresh log start", "err", err)
+		}
+	}()
+}
+
+// refreshStartTimeout bounds a background RefreshStart.
+const refreshStartTimeout = 10 * time.Second
 
 // Failed reports why the partition stopped serving, or nil.
 func (p *Partition) Failed() error {

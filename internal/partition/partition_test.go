@@ -14,6 +14,7 @@ import (
 
 	"quire/internal/kafka"
 	"quire/internal/meta"
+	"quire/internal/testutil"
 )
 
 // memLog is an in-memory Log: segments of entries, acks at once (or held
@@ -27,6 +28,11 @@ type memLog struct {
 	held    []func()
 	reads   int
 	failing bool
+	// segmentsGate, when set, holds every Segments call until closed;
+	// segmentsBusy counts the calls held, segmentsMaxBusy the most at once.
+	segmentsGate    chan struct{}
+	segmentsBusy    int
+	segmentsMaxBusy int
 }
 
 type memSeg struct {
@@ -95,8 +101,19 @@ func (l *memLog) Read(_ context.Context, from Pos, max int) ([]Entry, error) {
 	return out, nil
 }
 
-func (l *memLog) Segments(context.Context) ([]Segment, error) {
+func (l *memLog) Segments(ctx context.Context) ([]Segment, error) {
 	l.mu.Lock()
+	if gate := l.segmentsGate; gate != nil {
+		l.segmentsBusy++
+		l.segmentsMaxBusy = max(l.segmentsMaxBusy, l.segmentsBusy)
+		l.mu.Unlock()
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
+		l.segmentsBusy--
+	}
 	defer l.mu.Unlock()
 	var out []Segment
 	for _, s := range l.segs {
@@ -524,5 +541,48 @@ func TestFetchOfATrimmedOffsetIsOutOfRange(t *testing.T) {
 	}
 	if got := readAll(t, p, 6, 1<<20); len(got) != 3 || got[0] != 6 {
 		t.Fatalf("read from the new start: %v", got)
+	}
+}
+
+// TestOutOfRangeReadsShareOneRefresh: every consumer of a trimmed partition
+// reads out of range at once; they start one refresh of the log start
+// between them, not one each.
+func TestOutOfRangeReadsShareOneRefresh(t *testing.T) {
+	l := newMemLog()
+	p := openTest(t, l, nil, func(c *Config) { c.MaxIndexed = 2 })
+	for i := range 6 {
+		appendOK(t, p, mkBatch(-1, -1, -1, 2, int64(i)))
+		l.roll()
+	}
+	if _, err := p.Read(context.Background(), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	l.segmentsGate = make(chan struct{})
+	l.mu.Unlock()
+	l.trim(3)
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.Read(context.Background(), 2, 1<<20); !errors.Is(err, kerr.OffsetOutOfRange) {
+				t.Errorf("fetch of a trimmed offset: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	p.mu.Lock()
+	started := p.refreshes
+	p.mu.Unlock()
+	if started != 1 {
+		t.Fatalf("%d background refreshes for 100 out-of-range reads, want 1", started)
+	}
+	close(l.segmentsGate)
+	testutil.WaitFor(t, "the refresh to move the log start", func() bool { return p.LogStartOffset() == 6 })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.segmentsMaxBusy != 1 {
+		t.Fatalf("%d Segments calls at once, want 1", l.segmentsMaxBusy)
 	}
 }

@@ -1,16 +1,19 @@
 package partition
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Outcomes of an idempotent batch's sequence check (Kafka's
 // ProducerStateManager rules, KIP-98 and KIP-360).
 var (
 	// ErrOutOfOrderSequence: the batch's first sequence is not the one
 	// after the producer's last (OUT_OF_ORDER_SEQUENCE_NUMBER).
-	ErrOutOfOrderSequence = errors.New("topic: out of order sequence number")
+	ErrOutOfOrderSequence = errors.New("partition: out of order sequence number")
 	// ErrProducerFenced: an epoch older than the producer's current one
 	// (INVALID_PRODUCER_EPOCH).
-	ErrProducerFenced = errors.New("topic: producer epoch is stale")
+	ErrProducerFenced = errors.New("partition: producer epoch is stale")
 )
 
 // DedupWindow is how many recent batches per producer are remembered, as
@@ -30,16 +33,60 @@ type batchRecord struct {
 type producerState struct {
 	epoch   int16
 	batches []*batchRecord // oldest first, at most DedupWindow
+	// lastAppend is when the producer's last batch was appended (or the
+	// table was rebuilt with it); expire forgets it after the expiry.
+	lastAppend time.Time
 }
 
 // producers is the per-partition producer table. Not safe for concurrent
-// use; the partition's mutex guards it. No clocks or I/O: the table is
-// rebuilt after a takeover from the batches at the log's tail.
+// use; the partition's mutex guards it. No clocks or I/O: the caller
+// passes the time, and the table is rebuilt after a takeover from the
+// batches at the log's tail.
 type producers struct {
 	m map[int64]*producerState
+	// peak is the most entries m has held since it was last rebuilt: a Go
+	// map keeps its buckets after deletes, so expire rebuilds it when it
+	// has shrunk to a quarter of that.
+	peak int
 }
 
 func newProducers() producers { return producers{m: map[int64]*producerState{}} }
+
+// expire forgets producers whose last append is before cutoff and whose
+// batches are all settled (Kafka's producer.id.expiration.ms); it returns
+// how many it forgot. A producer forgotten and then heard from again is
+// accepted as new (KIP-360), as after a takeover that did not see it.
+func (ps *producers) expire(cutoff time.Time) int {
+	n := 0
+	for id, st := range ps.m {
+		if !st.lastAppend.Before(cutoff) || !st.settled() {
+			continue
+		}
+		delete(ps.m, id)
+		n++
+	}
+	if len(ps.m) < ps.peak/4 {
+		m := make(map[int64]*producerState, len(ps.m))
+		for id, st := range ps.m {
+			m[id] = st
+		}
+		ps.m, ps.peak = m, len(m)
+	}
+	return n
+}
+
+// settled: no batch of the producer is still waiting for the log, so a
+// retry of one could not need the table to find it.
+func (st *producerState) settled() bool {
+	for _, r := range st.batches {
+		select {
+		case <-r.done:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // check decides what to do with batch b of an idempotent producer: a
 // duplicate of a remembered batch (returned), an error, or (nil, nil):
@@ -74,13 +121,16 @@ func (ps *producers) check(b Batch) (*batchRecord, error) {
 	return nil, nil
 }
 
-// record remembers an accepted batch (assigned offsets already set in b).
-func (ps *producers) record(b Batch, r *batchRecord) {
+// record remembers an accepted batch (assigned offsets already set in b),
+// appended at now.
+func (ps *producers) record(b Batch, r *batchRecord, now time.Time) {
 	st := ps.m[b.ProducerID]
 	if st == nil || b.ProducerEpoch > st.epoch {
 		st = &producerState{epoch: b.ProducerEpoch}
 		ps.m[b.ProducerID] = st
+		ps.peak = max(ps.peak, len(ps.m))
 	}
+	st.lastAppend = now
 	r.firstSeq, r.lastSeq = b.BaseSequence, b.LastSequence()
 	r.base, r.last = b.BaseOffset, b.LastOffset()
 	st.batches = append(st.batches, r)
