@@ -17,6 +17,8 @@ type metrics struct {
 	connectionsRejected prometheus.Counter
 	connectionsClosed   *prometheus.CounterVec // reason
 	unsupported         prometheus.Counter
+	queuedBytes         prometheus.Gauge
+	readsPaused         *prometheus.CounterVec // budget
 
 	errorNamesMu sync.Mutex
 	errorNames   map[int16]string
@@ -49,12 +51,20 @@ func newMetrics() *metrics {
 			Namespace: "quire", Subsystem: "kafka", Name: "unsupported_requests_total",
 			Help: "Requests for an API key or version not served (the connection is closed).",
 		}),
+		queuedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "quire", Subsystem: "kafka", Name: "queued_request_bytes",
+			Help: "Bytes of request frames read (or being read) and not yet answered, over all connections.",
+		}),
+		readsPaused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "quire", Subsystem: "kafka", Name: "reads_paused_total",
+			Help: "Times a connection stopped reading because a request-bytes budget was full (budget: connection or server).",
+		}, []string{"budget"}),
 		errorNames: make(map[int16]string),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.connectionsRejected, m.connectionsClosed, m.unsupported} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.connectionsRejected, m.connectionsClosed, m.unsupported, m.queuedBytes, m.readsPaused} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -70,6 +80,8 @@ func (m *metrics) request(api string, code int16, took time.Duration) {
 }
 
 func (m *metrics) closed(reason string) { m.connectionsClosed.WithLabelValues(reason).Inc() }
+
+func (m *metrics) readPaused(budget string) { m.readsPaused.WithLabelValues(budget).Inc() }
 
 // errorName is the label for an error code: kerr's name, so unknown codes
 // (which could only come from a Backend bug) do not grow the label set

@@ -13,6 +13,14 @@
 // responses behind it, as Kafka's one-request-at-a-time order requires, but
 // not the decoding and submitting of the requests behind it. At most
 // MaxInFlightPerConn requests are between the two at once.
+//
+// Memory for requests is bounded by bytes too (Kafka's
+// queued.max.request.bytes): a request holds its frame's size from the
+// moment its size prefix is read until its response is written, against a
+// budget per connection and one for the whole server. A reader that finds
+// no room waits before reading the frame — the socket is simply not read,
+// so TCP pushes back on the client — and that wait is a normal state,
+// counted in a metric, never an error.
 package kafka
 
 import (
@@ -33,6 +41,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/semaphore"
 )
 
 // Defaults for the zero values of Config's limits.
@@ -41,6 +50,12 @@ const (
 	DefaultMaxConnections     = 10_000
 	DefaultMaxInFlightPerConn = 32
 	DefaultIdleTimeout        = 10 * time.Minute
+	// DefaultMaxQueuedRequestBytes bounds the bytes of every request read
+	// and not yet answered, over all connections.
+	DefaultMaxQueuedRequestBytes = 256 << 20
+	// DefaultMaxConnRequestBytes bounds them per connection, so that one
+	// connection cannot take the whole budget.
+	DefaultMaxConnRequestBytes = 32 << 20
 )
 
 // ErrServerClosed is returned by Serve after Close.
@@ -64,6 +79,13 @@ type Config struct {
 	// while none of its requests is in flight (Kafka's
 	// connections.max.idle.ms); it also bounds a stalled frame.
 	IdleTimeout time.Duration
+	// MaxQueuedRequestBytes bounds the frame bytes of requests read but
+	// not yet answered, over all connections (queued.max.request.bytes);
+	// MaxConnRequestBytes bounds them per connection. At a bound the
+	// connection stops reading until responses free room. A frame larger
+	// than a bound is read once nothing else holds that budget.
+	MaxQueuedRequestBytes int64
+	MaxConnRequestBytes   int64
 	// Registerer receives the front end's metrics (nil: not registered).
 	Registerer prometheus.Registerer
 }
@@ -83,6 +105,11 @@ type Server struct {
 	maxInFlight    int
 	idleTimeout    time.Duration
 	addr           string
+	// requestBytes is the server-wide budget of request bytes; each
+	// connection has its own of maxConnBytes.
+	requestBytes   *semaphore.Weighted
+	maxServerBytes int64
+	maxConnBytes   int64
 
 	ctx    context.Context // canceled by Close; parent of every connection's
 	cancel context.CancelFunc
@@ -127,6 +154,15 @@ func New(cfg Config) (*Server, error) {
 	if s.idleTimeout <= 0 {
 		s.idleTimeout = DefaultIdleTimeout
 	}
+	s.maxServerBytes, s.maxConnBytes = cfg.MaxQueuedRequestBytes, cfg.MaxConnRequestBytes
+	if s.maxServerBytes <= 0 {
+		s.maxServerBytes = DefaultMaxQueuedRequestBytes
+	}
+	if s.maxConnBytes <= 0 {
+		s.maxConnBytes = DefaultMaxConnRequestBytes
+	}
+	s.maxConnBytes = min(s.maxConnBytes, s.maxServerBytes)
+	s.requestBytes = semaphore.NewWeighted(s.maxServerBytes)
 	s.versions = supportedVersions(cfg.Backend.Groups() != nil)
 	s.metrics = newMetrics()
 	if cfg.Registerer != nil {
@@ -289,6 +325,8 @@ type inflight struct {
 	rq       *request
 	received time.Time
 	finish   finishFunc
+	// held is what the request holds of the byte budgets until answered.
+	held int64
 	// flexibleHeader: the response header is v1 (ends in tagged fields);
 	// ApiVersions responses always use header v0 so any client can read them.
 	flexibleHeader bool
@@ -403,8 +441,10 @@ type conn struct {
 	cancel context.CancelFunc
 	queue  chan *inflight
 	// slots bounds requests between reading and answering.
-	slots     chan struct{}
-	abortOnce sync.Once
+	slots chan struct{}
+	// requestBytes is this connection's budget of request bytes.
+	requestBytes *semaphore.Weighted
+	abortOnce    sync.Once
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -422,7 +462,43 @@ func newConn(s *Server, nc net.Conn) *conn {
 		cancel: cancel,
 		queue:  make(chan *inflight, s.maxInFlight),
 		slots:  make(chan struct{}, s.maxInFlight),
+
+		requestBytes: semaphore.NewWeighted(s.maxConnBytes),
 	}
+}
+
+// reserve takes n bytes of the connection's and the server's budgets,
+// waiting while either is full; it returns what it took (a frame larger
+// than a budget takes the whole budget, so it waits for the rest to drain
+// but never forever), or an error once the connection is closing.
+func (c *conn) reserve(n int64) (int64, error) {
+	connPart := min(n, c.s.maxConnBytes)
+	if !c.requestBytes.TryAcquire(connPart) {
+		c.s.metrics.readPaused("connection")
+		if err := c.requestBytes.Acquire(c.ctx, connPart); err != nil {
+			return 0, err
+		}
+	}
+	serverPart := min(n, c.s.maxServerBytes)
+	if !c.s.requestBytes.TryAcquire(serverPart) {
+		c.s.metrics.readPaused("server")
+		if err := c.s.requestBytes.Acquire(c.ctx, serverPart); err != nil {
+			c.requestBytes.Release(connPart)
+			return 0, err
+		}
+	}
+	c.s.metrics.queuedBytes.Add(float64(n))
+	return n, nil
+}
+
+// release gives back what reserve took for n bytes.
+func (c *conn) release(n int64) {
+	if n == 0 {
+		return
+	}
+	c.requestBytes.Release(min(n, c.s.maxConnBytes))
+	c.s.requestBytes.Release(min(n, c.s.maxServerBytes))
+	c.s.metrics.queuedBytes.Sub(float64(n))
 }
 
 // abort closes the connection at once: unread requests are dropped, the
@@ -472,19 +548,26 @@ func (c *conn) readLoop() {
 			c.abort()
 			return
 		}
+		held, err := c.reserve(int64(size))
+		if err != nil {
+			return // closing
+		}
 		frame, err := c.readFrame(br, int(size))
 		if err != nil {
+			c.release(held)
 			c.s.log.Debug("connection closed mid-frame", "remote", c.remote, "err", err)
 			c.abort()
 			return
 		}
 		item, err := c.s.submit(c.ctx, frame)
 		if err != nil {
+			c.release(held)
 			c.s.log.Warn("bad request; closing connection", "remote", c.remote, "err", err)
 			c.s.metrics.closed("bad_request")
 			c.abort()
 			return
 		}
+		item.held = held
 		// The queue has as many slots as c.slots, so this never blocks.
 		c.queue <- item
 	}
@@ -534,11 +617,13 @@ func (c *conn) writeLoop() {
 	var buf []byte
 	for item := range c.queue {
 		if c.ctx.Err() != nil {
+			c.release(item.held)
 			<-c.slots
 			continue // aborted: drain so the reader never blocks
 		}
 		var err error
 		buf, err = c.s.complete(c.ctx, item, buf[:0])
+		c.release(item.held)
 		<-c.slots
 		if err != nil {
 			if err == errCloseAfter {
