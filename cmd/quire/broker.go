@@ -16,8 +16,10 @@ import (
 	"quire/internal/admin"
 	"quire/internal/bookie/client"
 	"quire/internal/broker"
+	"quire/internal/kafka"
 	"quire/internal/ledger/ledgerclient"
 	"quire/internal/meta"
+	"quire/internal/partition"
 )
 
 // brokerFlags configure a broker, shared by `quire broker` and
@@ -33,6 +35,9 @@ type brokerFlags struct {
 	maxMessageBytes   int32
 	sessionTTL        time.Duration
 	handoffAfter      time.Duration
+	queuedBytes       int64
+	producerExpiry    time.Duration
+	connBytes         int64
 }
 
 func (b *brokerFlags) register(cmd *cobra.Command) {
@@ -47,6 +52,9 @@ func (b *brokerFlags) register(cmd *cobra.Command) {
 	f.Int32Var(&b.defaultPartitions, "num-partitions", d.DefaultPartitions, "partitions of auto-created topics (num.partitions)")
 	f.Int32Var(&b.maxMessageBytes, "message-max-bytes", d.MaxMessageBytes, "largest record batch a produce may carry (message.max.bytes)")
 	f.DurationVar(&b.sessionTTL, "broker-session-ttl", d.SessionTTL, "metadata session TTL: how long a crashed broker's bundles stay unowned")
+	f.DurationVar(&b.producerExpiry, "producer-id-expiration", partition.DefaultProducerExpiry, "how long an idempotent producer that writes nothing is remembered per partition (producer.id.expiration.ms)")
+	f.Int64Var(&b.queuedBytes, "kafka-queued-max-request-bytes", kafka.DefaultMaxQueuedRequestBytes, "bytes of Kafka requests read and not yet answered, over all connections (queued.max.request.bytes); at the bound the broker stops reading until responses free room")
+	f.Int64Var(&b.connBytes, "kafka-connection-max-request-bytes", kafka.DefaultMaxConnRequestBytes, "the same bound per connection, so one client cannot take the whole budget")
 	f.DurationVar(&b.handoffAfter, "bundle-handoff-after", d.HandoffAfter, "hand bundles to a joining broker (their rendezvous choice) once it has been live this long; 0 keeps bundles where they are until their owner dies")
 }
 
@@ -62,8 +70,9 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: b.kafkaAdvertised,
 		HTTPAddr: httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
-		HandoffAfter: b.handoffAfter,
-		Registerer:   prometheus.DefaultRegisterer, Logger: log,
+		HandoffAfter: b.handoffAfter, KafkaMaxQueuedRequestBytes: b.queuedBytes, KafkaMaxConnRequestBytes: b.connBytes,
+		ProducerIDExpiration: b.producerExpiry,
+		Registerer:           prometheus.DefaultRegisterer, Logger: log,
 	})
 	if err != nil {
 		ln.Close()

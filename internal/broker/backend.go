@@ -99,7 +99,7 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 	// One answer per bundle, and one bounded wait for the whole request:
 	// right after a broker died, every partition of its bundles is unowned
 	// until its session expires, and clients must not wait for each.
-	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, b.cfg.Timeouts.MetadataOwners)
 	defer cancel()
 	leaders := map[catalog.Bundle]int32{}
 	for _, rec := range recs {
@@ -218,11 +218,11 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 		defer b.wg.Done()
 		// Let owners elsewhere notice the delete and close first.
 		select {
-		case <-time.After(2 * time.Second):
+		case <-time.After(b.cfg.Timeouts.DeleteGrace):
 		case <-b.ctx.Done():
 			return
 		}
-		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		ctx, cancel := context.WithTimeout(b.ctx, b.cfg.Timeouts.DeleteStorage)
 		defer cancel()
 		for i := range rec.Partitions {
 			storage := storageName(catalog.PartitionName(b.cfg.Namespace, name, i), rec.ID)
@@ -371,7 +371,7 @@ func (b *Broker) groupKey(group string) string {
 
 // Coordinator implements kafka.Backend.
 func (b *Broker) Coordinator(ctx context.Context, group string) (kafka.Node, error) {
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, b.cfg.Timeouts.Coordinator)
 	defer cancel()
 	o, err := b.cluster.Lookup(lctx, b.groupKey(group))
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package broker is the broker process of ledger mode: it joins the
 // cluster (registration, bundle ownership through internal/ownership), loads
-// the partitions of the bundles it owns as topic.Partitions over managed
+// the partitions of the bundles it owns as partition.Partitions over managed
 // ledgers, and serves them through the Kafka front end (internal/kafka),
 // with consumer groups from internal/kafka/group. It implements
 // kafka.Backend.
@@ -14,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,10 +54,79 @@ type Config struct {
 	// join share the load (0: bundles move only when their owner dies).
 	HandoffAfter time.Duration
 	// MaintainInterval is how often loaded partitions re-read where their
-	// log starts (after retention deleted ledgers); default 10s.
+	// log starts (after retention deleted ledgers) and forget expired
+	// producers; default 10s.
 	MaintainInterval time.Duration
-	Registerer       prometheus.Registerer
-	Logger           *slog.Logger
+	// KafkaMaxQueuedRequestBytes and KafkaMaxConnRequestBytes bound the
+	// bytes of Kafka requests read and not yet answered, over the broker
+	// and per connection (queued.max.request.bytes); at a bound the front
+	// end stops reading. Zero: kafka.DefaultMaxQueuedRequestBytes and
+	// kafka.DefaultMaxConnRequestBytes.
+	// ProducerIDExpiration is how long an idempotent producer that writes
+	// nothing is remembered per partition (producer.id.expiration.ms;
+	// default 24h).
+	ProducerIDExpiration       time.Duration
+	KafkaMaxQueuedRequestBytes int64
+	KafkaMaxConnRequestBytes   int64
+	// Timeouts bound the broker's own waits; zero fields take defaults.
+	Timeouts   Timeouts
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Timeouts bound what the broker waits for on its own account (a client's
+// request carries its own timeout on top).
+type Timeouts struct {
+	// MetadataOwners bounds one Metadata request's wait for the owners of
+	// its partitions (default 2s): right after a broker died its
+	// partitions are unowned until its session expires, and clients must
+	// not wait for each.
+	MetadataOwners time.Duration
+	// Coordinator bounds FindCoordinator's wait for a group's owner
+	// (default 5s).
+	Coordinator time.Duration
+	// LoadPartition bounds taking over a partition's log (default 60s).
+	LoadPartition time.Duration
+	// ClosePartition bounds closing one (default 10s).
+	ClosePartition time.Duration
+	// ListBundleTopics bounds listing the topics of a newly owned bundle
+	// (default 30s).
+	ListBundleTopics time.Duration
+	// DeleteGrace is how long a deleted topic's storage stays, so owners
+	// elsewhere notice the delete and close first (default 2s);
+	// DeleteStorage bounds deleting it (default 1m).
+	DeleteGrace   time.Duration
+	DeleteStorage time.Duration
+	// RefreshStart bounds one partition's re-read of where its log starts
+	// (default 5s).
+	RefreshStart time.Duration
+	// Stats bounds reading one partition's stats for /metrics (default
+	// 200ms: a scrape must not hang on a busy log).
+	Stats time.Duration
+}
+
+// DefaultTimeouts returns the defaults of every Timeouts field.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{MetadataOwners: 2 * time.Second, Coordinator: 5 * time.Second,
+		LoadPartition: 60 * time.Second, ClosePartition: 10 * time.Second, ListBundleTopics: 30 * time.Second,
+		DeleteGrace: 2 * time.Second, DeleteStorage: time.Minute, RefreshStart: 5 * time.Second,
+		Stats: 200 * time.Millisecond}
+}
+
+// withDefaults fills zero fields from DefaultTimeouts.
+func (t Timeouts) withDefaults() Timeouts {
+	d := DefaultTimeouts()
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&t.MetadataOwners, &d.MetadataOwners}, {&t.Coordinator, &d.Coordinator},
+		{&t.LoadPartition, &d.LoadPartition}, {&t.ClosePartition, &d.ClosePartition},
+		{&t.ListBundleTopics, &d.ListBundleTopics}, {&t.DeleteGrace, &d.DeleteGrace},
+		{&t.DeleteStorage, &d.DeleteStorage}, {&t.RefreshStart, &d.RefreshStart}, {&t.Stats, &d.Stats},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	return t
 }
 
 // DefaultConfig returns the defaults for the fields that have them.
@@ -84,6 +154,10 @@ type Broker struct {
 
 	mu    sync.Mutex
 	parts map[string]*loaded // by partition name
+
+	// loads counts partitions loaded here; failures those that stopped
+	// serving because their log failed or was fenced (not a release).
+	loads, failures atomic.Int64
 }
 
 // Start joins the cluster and serves Kafka on cfg.KafkaListener.
@@ -113,6 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.MaintainInterval <= 0 {
 		cfg.MaintainInterval = 10 * time.Second
 	}
+	cfg.Timeouts = cfg.Timeouts.withDefaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -164,7 +239,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	front, err := kafka.New(kafka.Config{Backend: b, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	front, err := kafka.New(kafka.Config{Backend: b, Logger: cfg.Logger, Registerer: cfg.Registerer,
+		MaxQueuedRequestBytes: cfg.KafkaMaxQueuedRequestBytes, MaxConnRequestBytes: cfg.KafkaMaxConnRequestBytes})
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("server: %w", err)
@@ -258,11 +334,14 @@ func (b *Broker) maintain() {
 		b.mu.Unlock()
 		for _, l := range ps {
 			if p := l.partition(); p != nil {
-				ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+				ctx, cancel := context.WithTimeout(b.ctx, b.cfg.Timeouts.RefreshStart)
 				if err := p.RefreshStart(ctx); err != nil {
 					b.log.Debug("refresh log start", "partition", l.name, "err", err)
 				}
 				cancel()
+				if n, left := p.ExpireProducers(time.Now()); n > 0 {
+					b.log.Debug("expired idempotent producers", "partition", l.name, "expired", n, "remaining", left)
+				}
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,6 +14,7 @@ type collector struct {
 	storage, ledgers, hw, logStart, owned *prometheus.Desc
 	rollovers, rollFailures, trimmed      *prometheus.Desc
 	cacheHits, cacheMisses                *prometheus.Desc
+	loads, failures                       *prometheus.Desc
 }
 
 func newCollector(b *Broker) *collector {
@@ -30,17 +30,21 @@ func newCollector(b *Broker) *collector {
 		hw:           prometheus.NewDesc("quire_kafka_partition_high_watermark", "Kafka high watermark (next offset) of a partition served here.", l, nil),
 		logStart:     prometheus.NewDesc("quire_kafka_partition_log_start_offset", "First offset still stored.", l, nil),
 		owned:        prometheus.NewDesc("quire_broker_owned_bundles", "Namespace bundles this broker owns.", nil, nil),
+		loads:        prometheus.NewDesc("quire_broker_partition_loads_total", "Partitions loaded (taken over) by this broker.", nil, nil),
+		failures:     prometheus.NewDesc("quire_broker_partition_failures_total", "Partitions that stopped serving here because their log failed or was fenced by a new owner.", nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned} {
+	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.owned, prometheus.GaugeValue, float64(len(c.b.cluster.OwnedBundles())))
+	ch <- prometheus.MustNewConstMetric(c.loads, prometheus.CounterValue, float64(c.b.loads.Load()))
+	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(c.b.failures.Load()))
 	c.b.mu.Lock()
 	var ls []*loaded
 	for _, l := range c.b.parts {
@@ -52,7 +56,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if p == nil || p.Failed() != nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), c.b.cfg.Timeouts.Stats)
 		s, err := l.ml.Stats(ctx)
 		cancel()
 		gauge := func(d *prometheus.Desc, v float64) {

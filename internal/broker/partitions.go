@@ -127,7 +127,7 @@ func (b *Broker) startLoad(ctx context.Context, topicName string, idx int32, nam
 
 func (b *Broker) load(l *loaded, rec catalog.Topic) {
 	defer close(l.ready)
-	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.Timeouts.LoadPartition)
 	defer cancel()
 	start := time.Now()
 	pol, err := b.admin.GetPolicies(ctx, b.cfg.Namespace)
@@ -152,12 +152,16 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 	}
 	p, err := partition.Open(ctx, partition.Config{
 		Name: l.name, Log: ledgerLog{ml: t}, Store: b.cfg.Store, FloorKey: floorKey(storage), MaxBatchBytes: maxEntryBatch,
-		Logger: b.cfg.Logger,
-		OnFail: func(error) { b.drop(l) },
+		ProducerExpiry: b.cfg.ProducerIDExpiration, Logger: b.cfg.Logger,
+		OnFail: func(err error) {
+			b.failures.Add(1)
+			b.log.Warn("partition failed; it is loaded again on the next request", "partition", l.name, "err", err)
+			b.drop(l)
+		},
 	})
 	if err != nil {
 		b.log.Warn("load partition", "partition", l.name, "err", err)
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cctx, ccancel := context.WithTimeout(context.Background(), b.cfg.Timeouts.ClosePartition)
 		t.Close(cctx)
 		ccancel()
 		l.err = kerr.NotLeaderForPartition
@@ -165,6 +169,7 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 		return
 	}
 	l.p, l.ml = p, t
+	b.loads.Add(1)
 	b.log.Info("partition loaded", "partition", l.name, "hw", p.HighWatermark(), "took", time.Since(start).Round(time.Millisecond))
 	// Released while loading? Then close it now.
 	if !b.cluster.Owns(l.name) {
@@ -186,7 +191,7 @@ func (b *Broker) drop(l *loaded) {
 	b.forget(l)
 	<-l.ready
 	if l.p != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeouts.ClosePartition)
 		defer cancel()
 		if err := l.p.Close(ctx); err != nil {
 			b.log.Debug("close partition", "partition", l.name, "err", err)
@@ -203,7 +208,7 @@ func (b *Broker) onAcquire(bundle catalog.Bundle) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(b.ctx, b.cfg.Timeouts.ListBundleTopics)
 		defer cancel()
 		topics, err := b.admin.ListTopics(ctx, b.cfg.Namespace)
 		if err != nil {

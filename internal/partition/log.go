@@ -1,9 +1,10 @@
-// Package topic is what a broker serves on top of a partition's log: a
-// Kafka partition with dense offsets assigned by the broker, a persistent
-// offset index, idempotent-producer deduplication, high watermark and
-// long-poll waits. It is written against the Log interface, which ledger
-// mode implements with a managed ledger (LedgerLog) and ISR mode will
-// implement with a broker-local replicated log.
+// Package partition is a Kafka partition as a broker serves it on top of a
+// log: dense offsets assigned by the broker, a persistent offset index,
+// idempotent-producer deduplication, the high watermark and long-poll
+// waits. It is written against the Log interface, the seam between the
+// partition and its storage: ledger mode implements it with a managed
+// ledger (package broker adapts mlogclient), ISR mode with a broker-local
+// replicated log. This package must not import either storage.
 package partition
 
 import (

@@ -40,7 +40,8 @@ type Config struct {
 	// default 24h); ExpireProducers applies it.
 	ProducerExpiry time.Duration
 	// OnFail is called (once, without locks held) when the partition stops
-	// serving: its log failed or was fenced by a new owner.
+	// serving because its log failed or was fenced by a new owner; never
+	// after Close.
 	OnFail func(error)
 	Logger *slog.Logger
 }
@@ -428,7 +429,7 @@ func (p *Partition) fail(err error) {
 	}
 	close(p.hwCh)
 	p.hwCh = make(chan struct{})
-	if p.cfg.OnFail != nil {
+	if p.cfg.OnFail != nil && !p.closing {
 		go p.failOnce.Do(func() { p.cfg.OnFail(err) })
 	}
 }
