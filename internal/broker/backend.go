@@ -240,7 +240,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 
 // watchTopics drops loaded partitions of topics deleted through any broker.
 func (b *Broker) watchTopics() {
-	prefix := catalog.TopicsPrefix + b.cfg.Namespace + "/"
+	prefix := catalog.NamespaceTopicsPrefix(b.cfg.Namespace)
 	for b.ctx.Err() == nil {
 		for resp := range b.cfg.Store.Watch(b.ctx, prefix, 0) {
 			for _, ev := range resp.Events {

@@ -46,7 +46,6 @@ func storageName(partitionName string, id catalog.TopicID) string {
 // bookie frame less the frame's and the entry's overhead.
 const maxEntryBatch = wire.DefaultMaxFrameBytes - wire.FrameOverheadBytes - 64
 
-func floorKey(storage string) string { return "/quire/kafka/floors/" + storage }
 
 // partition returns the served partition p of topic, loading it when this
 // broker owns its bundle.

@@ -22,7 +22,8 @@ func tenantNamespacesPrefix(tenant string) string { return NamespacesPrefix + te
 
 func topicKey(ns, topic string) string { return TopicsPrefix + ns + "/" + topic }
 
-func namespaceTopicsPrefix(ns string) string { return TopicsPrefix + ns + "/" }
+// NamespaceTopicsPrefix is the prefix of every topic record of namespace ns.
+func NamespaceTopicsPrefix(ns string) string { return TopicsPrefix + ns + "/" }
 
 // ParseNamespaceKey returns "tenant/ns" for a namespace key.
 func ParseNamespaceKey(key string) (string, bool) {

@@ -368,7 +368,7 @@ func (a *Catalog) DeleteNamespace(ctx context.Context, ns string) error {
 	if err != nil {
 		return fmt.Errorf("delete namespace: %w", err)
 	}
-	res, err := a.store.List(ctx, namespaceTopicsPrefix(ns), meta.ListOptions{Limit: 1})
+	res, err := a.store.List(ctx, NamespaceTopicsPrefix(ns), meta.ListOptions{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("delete namespace %s: %w", ns, err)
 	}

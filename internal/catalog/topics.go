@@ -141,7 +141,7 @@ func (a *Catalog) ListTopics(ctx context.Context, ns string) ([]Topic, error) {
 	if _, _, err := ParseNamespace(ns); err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
-	prefix := namespaceTopicsPrefix(ns)
+	prefix := NamespaceTopicsPrefix(ns)
 	kvs, _, err := meta.ListAll(ctx, a.store, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("list topics of %s: %w", ns, err)

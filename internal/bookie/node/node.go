@@ -142,7 +142,7 @@ func (n *Node) register(ctx context.Context) error {
 		// it names our own address, it is this bookie's previous life (we
 		// just bound that address, so that process is gone): replace it
 		// instead of waiting out its TTL. Anything else is a real conflict.
-		kv, gerr := n.cfg.Store.Get(ctx, registry.Prefix+n.cfg.ID)
+		kv, gerr := n.cfg.Store.Get(ctx, registry.Key(n.cfg.ID))
 		if gerr == nil {
 			old, _ := registry.Get(ctx, n.cfg.Store, n.cfg.ID)
 			if old.Addr == n.cfg.AdvertiseAddr && n.cfg.Store.Delete(ctx, kv.Key, kv.Version) == nil {

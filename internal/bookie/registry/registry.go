@@ -18,8 +18,11 @@ import (
 	"quire/internal/meta"
 )
 
-// Prefix is where registrations live: Prefix + bookie id.
+// Prefix is where registrations live: Key(bookie id).
 const Prefix = "/quire/bookies/"
+
+// Key is the registration key of a bookie.
+func Key(id string) string { return Prefix + id }
 
 // Info is one bookie's registration.
 type Info struct {
@@ -52,7 +55,7 @@ func Register(ctx context.Context, session meta.Session, info Info) (*Registrati
 	if err != nil {
 		return nil, err
 	}
-	key := Prefix + info.ID
+	key := Key(info.ID)
 	v, err := session.CreateEphemeral(ctx, key, value)
 	if err != nil {
 		return nil, fmt.Errorf("registry: register bookie %s: %w", info.ID, err)
@@ -112,7 +115,7 @@ func List(ctx context.Context, store meta.Store) ([]Info, error) {
 
 // Get returns one bookie's registration, or meta.ErrNotFound.
 func Get(ctx context.Context, store meta.Store, id string) (Info, error) {
-	kv, err := store.Get(ctx, Prefix+id)
+	kv, err := store.Get(ctx, Key(id))
 	if err != nil {
 		return Info{}, err
 	}
