@@ -3,6 +3,8 @@ package ledger
 import (
 	"fmt"
 	"sort"
+
+	"quire/internal/invariants"
 )
 
 // ReaderConfig configures a Reader.
@@ -40,6 +42,12 @@ type Reader struct {
 	byReq   map[uint64]int64
 	ready   []ReadResult
 	out     []Request
+
+	// deliveredThrough is the entry of the last result emitted and
+	// resultsChecked how many of ready checkInvariants has seen: kept only
+	// for the checks (-tags invariants).
+	deliveredThrough int64
+	resultsChecked   int
 }
 
 type entryRead struct {
@@ -62,8 +70,11 @@ func NewReader(cfg ReaderConfig, first, last int64) *Reader {
 		cfg.MaxInFlight = 64
 	}
 	r := &Reader{cfg: cfg, md: cfg.Metadata.Clone(), next: first, last: last, deliver: first,
-		reads: map[int64]*entryRead{}, byReq: map[uint64]int64{}}
+		reads: map[int64]*entryRead{}, byReq: map[uint64]int64{}, deliveredThrough: first - 1}
 	r.fill()
+	if invariants.Enabled {
+		r.checkInvariants()
+	}
 	return r
 }
 
@@ -73,7 +84,7 @@ func (r *Reader) Done() bool { return r.deliver > r.last }
 // Ready returns requests to send and results to deliver (in entry order).
 func (r *Reader) Ready() ([]Request, []ReadResult) {
 	out, res := r.out, r.ready
-	r.out, r.ready = nil, nil
+	r.out, r.ready, r.resultsChecked = nil, nil, 0
 	return out, res
 }
 
@@ -101,6 +112,9 @@ func (r *Reader) ask(entry int64, e *entryRead) bool {
 
 // Step feeds a bookie's answer.
 func (r *Reader) Step(resp Response) {
+	if invariants.Enabled {
+		defer r.checkInvariants()
+	}
 	entry, ok := r.byReq[resp.ID]
 	if !ok {
 		return
@@ -151,6 +165,9 @@ func (r *Reader) flush() {
 
 // Tick advances logical time: speculative reads and timeouts.
 func (r *Reader) Tick() {
+	if invariants.Enabled {
+		defer r.checkInvariants()
+	}
 	r.tick++
 	entries := make([]int64, 0, len(r.reads))
 	for id := range r.reads {
@@ -184,4 +201,66 @@ func (r *Reader) Tick() {
 			}
 		}
 	}
+}
+
+// checkInvariants panics, naming the invariant and its values, if the
+// reader's state breaks what must hold after every input. It runs at the end
+// of every input under -tags invariants; O(entries being read + requests).
+func (r *Reader) checkInvariants() {
+	// Results come out in entry order, each entry once.
+	for _, res := range r.ready[r.resultsChecked:] {
+		if res.EntryID != r.deliveredThrough+1 {
+			r.violated("results in entry order: result for entry %d follows entry %d", res.EntryID, r.deliveredThrough)
+		}
+		r.deliveredThrough = res.EntryID
+	}
+	r.resultsChecked = len(r.ready)
+	if r.deliveredThrough != r.deliver-1 {
+		r.violated("results emitted through deliver-1: through %d, deliver(%d)", r.deliveredThrough, r.deliver)
+	}
+	// reads holds exactly the entries started and not yet delivered.
+	if r.next < r.deliver || int64(len(r.reads)) != r.next-r.deliver {
+		r.violated("reads = [deliver, next): %d reads, deliver(%d) next(%d)", len(r.reads), r.deliver, r.next)
+	}
+	if len(r.reads) > r.cfg.MaxInFlight {
+		r.violated("reads <= MaxInFlight: %d, MaxInFlight(%d)", len(r.reads), r.cfg.MaxInFlight)
+	}
+	if e := r.reads[r.deliver]; e != nil && e.result != nil {
+		r.violated("a decided entry at the head is delivered at once: entry %d", r.deliver)
+	}
+	for entry, e := range r.reads {
+		if entry < r.deliver || entry >= r.next {
+			r.violated("reads = [deliver, next): entry %d, deliver(%d) next(%d)", entry, r.deliver, r.next)
+		}
+		if e.tried > len(e.replicas) || len(e.asked) > e.tried {
+			r.violated("replicas asked at most once each: entry %d tried %d of %d replicas, %d in flight", entry, e.tried, len(e.replicas), len(e.asked))
+		}
+		if e.result != nil {
+			continue // late answers to it are dropped
+		}
+		// An undecided entry always has a read in flight, so it is
+		// decided by an answer or a timeout.
+		if len(e.asked) == 0 {
+			r.violated("an undecided entry has a read in flight: entry %d tried %d of %d replicas", entry, e.tried, len(e.replicas))
+		}
+		for id := range e.asked {
+			if got, ok := r.byReq[id]; !ok || got != entry {
+				r.violated("every read in flight is indexed: request %d of entry %d indexed as %d (%v)", id, entry, got, ok)
+			}
+		}
+	}
+	for id, entry := range r.byReq {
+		var inFlight bool
+		if e := r.reads[entry]; e != nil {
+			_, inFlight = e.asked[id]
+		}
+		if !inFlight || id > r.lastID {
+			r.violated("the request index names reads in flight: request %d of entry %d (in flight %v, lastID(%d))", id, entry, inFlight, r.lastID)
+		}
+	}
+}
+
+// violated reports a broken invariant of the reader.
+func (r *Reader) violated(format string, args ...any) {
+	panic(fmt.Sprintf("ledger %d reader: invariant violated: ", r.md.ID) + fmt.Sprintf(format, args...))
 }

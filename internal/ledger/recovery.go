@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"quire/internal/invariants"
 	"quire/internal/meta"
 )
 
@@ -59,7 +60,8 @@ type Recovery struct {
 	fenced map[int]bool // ensemble index of the last fragment → answered
 	maxLAC int64
 
-	// Read phase. Invariant: entries in (firstRead, nextRead) were found.
+	// Read phase. Invariant: the entries in [firstRead, nextRead) were found
+	// (and only they); the end, once known, is nextRead-1.
 	firstRead int64
 	nextRead  int64 // the entry being looked up
 	readState *entryLookup
@@ -127,6 +129,9 @@ func (r *Recovery) Ready() Ready {
 
 // Start reads the ledger's metadata.
 func (r *Recovery) Start() {
+	if invariants.Enabled {
+		defer r.checkInvariants()
+	}
 	r.phase = phaseReadMetadata
 	r.metaOp = r.nextOpID()
 	r.ready.MetaOps = append(r.ready.MetaOps, MetaOp{ID: r.metaOp, Kind: MetaRead, LedgerID: r.cfg.LedgerID})
@@ -134,6 +139,9 @@ func (r *Recovery) Start() {
 
 // StepMeta feeds a metadata result.
 func (r *Recovery) StepMeta(res MetaResult) {
+	if invariants.Enabled {
+		defer r.checkInvariants()
+	}
 	if res.ID != r.metaOp || r.phase == phaseDone {
 		return
 	}
@@ -247,6 +255,9 @@ func (r *Recovery) fenceComplete() bool {
 
 // Step feeds a bookie's response.
 func (r *Recovery) Step(resp Response) {
+	if invariants.Enabled {
+		defer r.checkInvariants()
+	}
 	o, ok := r.outstanding[resp.ID]
 	if !ok {
 		return
@@ -393,6 +404,9 @@ func (r *Recovery) retry(o recoveryRequest) {
 
 // Tick advances logical time: requests time out and are retried.
 func (r *Recovery) Tick() {
+	if invariants.Enabled {
+		defer r.checkInvariants()
+	}
 	r.tick++
 	if r.phase == phaseDone {
 		return
@@ -437,4 +451,120 @@ func (r *Recovery) stillWanted(o recoveryRequest) bool {
 		e := r.found[o.req.EntryID]
 		return r.phase == phaseRead && e != nil && !e.acked[o.req.To]
 	}
+}
+
+// checkInvariants panics, naming the invariant and its values, if the
+// recovery's state breaks what its phase promises. It runs at the end of every
+// input under -tags invariants; O(entries found + outstanding requests).
+func (r *Recovery) checkInvariants() {
+	if r.phase == phaseDone {
+		if len(r.outstanding) != 0 || len(r.retries) != 0 {
+			r.violated("a finished recovery sends nothing: %d outstanding, %d retries", len(r.outstanding), len(r.retries))
+		}
+		if r.err == nil && r.md.State != StateClosed {
+			r.violated("a recovery that succeeded holds CLOSED metadata: %s", r.md.State)
+		}
+		return
+	}
+	for id := range r.outstanding {
+		if id > r.lastID {
+			r.violated("outstanding requests were sent: request %d, lastID(%d)", id, r.lastID)
+		}
+	}
+	started := r.lastID != 0
+	switch r.phase {
+	case phaseReadMetadata, phaseMarkInRecovery, phaseClose:
+		// A metadata step is always in flight or scheduled to be resent.
+		if started && r.metaOp == 0 && r.retryAt == 0 {
+			r.violated("phase %s has a metadata op in flight or a retry scheduled: metaOp(%d) retryAt(%d)", r.phase, r.metaOp, r.retryAt)
+		}
+	}
+	switch r.phase {
+	case phaseMarkInRecovery:
+		if r.md.State != StateOpen {
+			r.violated("phase %s marks an OPEN ledger: metadata %s", r.phase, r.md.State)
+		}
+	case phaseFence, phaseRead, phaseClose:
+		if r.md.State != StateInRecovery {
+			r.violated("phase %s holds IN_RECOVERY metadata: %s", r.phase, r.md.State)
+		}
+	}
+	switch r.phase {
+	case phaseFence:
+		if r.found != nil || r.readState != nil || r.lastEntry != -2 || r.maxLAC < -1 {
+			r.violated("phase fence has read nothing: found %d, reading %v, lastEntry(%d) maxLAC(%d)",
+				len(r.found), r.readState != nil, r.lastEntry, r.maxLAC)
+		}
+		for idx := range r.fenced {
+			if idx < 0 || idx >= r.md.EnsembleSize {
+				r.violated("fenced indexes are ensemble indexes: %d, E=%d", idx, r.md.EnsembleSize)
+			}
+		}
+		// stepFence moves on as soon as an answer completes the fence.
+		// (Under the WeakFence mutant with Qw = Qa nothing is needed, so
+		// the fence is complete before any answer arrives.)
+		if len(r.fenced) > 0 && r.fenceComplete() {
+			r.violated("phase fence ends once every write quorum has Qw-Qa+1 fenced members: fenced %v", r.fenced)
+		}
+	case phaseRead, phaseClose:
+		r.checkRead()
+	}
+}
+
+// checkRead checks the read and close phases.
+func (r *Recovery) checkRead() {
+	if !r.fenceComplete() {
+		r.violated("phase %s starts after a complete fence: fenced %v (E=%d Qw=%d Qa=%d)",
+			r.phase, r.fenced, r.md.EnsembleSize, r.md.WriteQuorum, r.md.AckQuorum)
+	}
+	lastFirst := r.md.Fragments[len(r.md.Fragments)-1].FirstEntry
+	if r.firstRead < 0 || r.firstRead < r.maxLAC || r.firstRead < lastFirst-1 {
+		r.violated("reading starts at max(LAC, last fragment start - 1, 0): firstRead(%d) maxLAC(%d) last fragment at %d",
+			r.firstRead, r.maxLAC, lastFirst)
+	}
+	// The written invariant: found holds exactly [firstRead, nextRead).
+	if r.nextRead < r.firstRead || int64(len(r.found)) != r.nextRead-r.firstRead {
+		r.violated("found = [firstRead, nextRead): %d found, firstRead(%d) nextRead(%d)", len(r.found), r.firstRead, r.nextRead)
+	}
+	var prevLength int64
+	waiting := 0
+	for entry := r.firstRead; entry < r.nextRead; entry++ {
+		e := r.found[entry]
+		if e == nil {
+			r.violated("found = [firstRead, nextRead): entry %d missing, firstRead(%d) nextRead(%d)", entry, r.firstRead, r.nextRead)
+		}
+		if e.length < prevLength {
+			r.violated("cumulative lengths grow with the entry: entry %d length %d after %d", entry, e.length, prevLength)
+		}
+		prevLength = e.length
+		if len(e.acked) > r.md.WriteQuorum {
+			r.violated("an entry is re-replicated to its write quorum only: entry %d acked by %d, Qw=%d", entry, len(e.acked), r.md.WriteQuorum)
+		}
+		if len(e.acked) < r.md.AckQuorum {
+			waiting++
+		}
+	}
+	if r.nextRead > r.firstRead && r.length != prevLength {
+		r.violated("length is the last found entry's: length(%d), entry %d has %d", r.length, r.nextRead-1, prevLength)
+	}
+	known := r.lastEntry != -2
+	switch {
+	case known == (r.readState != nil):
+		r.violated("exactly one of: an entry being looked up, the end known: lastEntry(%d) looking up %v", r.lastEntry, r.readState != nil)
+	case r.readState != nil && r.readState.entry != r.nextRead:
+		r.violated("the entry looked up is nextRead: %d, nextRead(%d)", r.readState.entry, r.nextRead)
+	case known && r.lastEntry != r.nextRead-1:
+		r.violated("the end is the entry before the first one absent: lastEntry(%d) nextRead(%d)", r.lastEntry, r.nextRead)
+	case r.phase == phaseRead && known && waiting == 0:
+		// maybeClose moves on as soon as every found entry has an ack quorum.
+		r.violated("phase read waits for re-replication only: end %d known and all %d found entries have Qa=%d acks",
+			r.lastEntry, len(r.found), r.md.AckQuorum)
+	case r.phase == phaseClose && (!known || waiting > 0):
+		r.violated("phase close follows a known end, re-replicated: lastEntry(%d), %d entries below Qa=%d", r.lastEntry, waiting, r.md.AckQuorum)
+	}
+}
+
+// violated reports a broken invariant of the recovery.
+func (r *Recovery) violated(format string, args ...any) {
+	panic(fmt.Sprintf("ledger %d recovery (%s): invariant violated: ", r.cfg.LedgerID, r.phase) + fmt.Sprintf(format, args...))
 }

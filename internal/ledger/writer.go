@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"quire/internal/invariants"
 	"quire/internal/meta"
 )
 
@@ -84,6 +85,12 @@ type Writer struct {
 	closeResult error
 
 	ready Ready
+
+	// ackedThrough is the entry id of the last Ack emitted and acksChecked
+	// how many of ready.Acks checkInvariants has seen: kept only for the
+	// checks (-tags invariants), which see every Ack once, in order.
+	ackedThrough int64
+	acksChecked  int
 }
 
 type pendingEntry struct {
@@ -131,6 +138,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		version:          cfg.Version,
 		cluster:          cfg.Cluster,
 		lastAddConfirmed: -1,
+		ackedThrough:     -1,
 		pending:          map[int64]*pendingEntry{},
 		outstanding:      map[uint64]outstandingAdd{},
 		failed:           map[int]bool{},
@@ -161,6 +169,9 @@ func (w *Writer) Pending() int { return len(w.pending) }
 
 // SetCluster updates the placement view; a blocked ensemble change retries.
 func (w *Writer) SetCluster(cluster []BookieInfo) {
+	if invariants.Enabled {
+		defer w.checkInvariants()
+	}
 	w.cluster = cluster
 	// A closed or fenced writer keeps its failed set but must never propose
 	// again: after a close the CAS would expect the CLOSED record's own
@@ -175,8 +186,10 @@ func (w *Writer) SetCluster(cluster []BookieInfo) {
 
 // Ready returns and clears the outputs accumulated so far.
 func (w *Writer) Ready() Ready {
+	// No invariant check here: Ready changes nothing but the outputs, and
+	// the input that produced them was checked.
 	r := w.ready
-	w.ready = Ready{}
+	w.ready, w.acksChecked = Ready{}, 0
 	return r
 }
 
@@ -188,6 +201,9 @@ func (w *Writer) nextOpID() uint64 {
 // Add appends payload as the next entry and returns its id. The outcome
 // comes later as an Ack, in entry order.
 func (w *Writer) Add(payload []byte) (int64, error) {
+	if invariants.Enabled {
+		defer w.checkInvariants()
+	}
 	switch w.state {
 	case writerFenced:
 		return 0, ErrFenced
@@ -234,6 +250,9 @@ func (w *Writer) send(p *pendingEntry) {
 
 // Step feeds a bookie's response to an add.
 func (w *Writer) Step(r Response) {
+	if invariants.Enabled {
+		defer w.checkInvariants()
+	}
 	o, ok := w.outstanding[r.ID]
 	if !ok {
 		return // timed out already, or superseded
@@ -391,6 +410,9 @@ func (w *Writer) propose(base Metadata) (Metadata, map[int]BookieID, error) {
 
 // StepMeta feeds the result of a metadata operation.
 func (w *Writer) StepMeta(r MetaResult) {
+	if invariants.Enabled {
+		defer w.checkInvariants()
+	}
 	switch {
 	case w.change != nil && r.ID == w.change.op:
 		w.stepChange(r)
@@ -458,6 +480,9 @@ func (w *Writer) stepChange(r MetaResult) {
 // Tick advances logical time: adds unanswered for RequestTimeoutTicks fail
 // their bookie; blocked changes and closes retry.
 func (w *Writer) Tick() {
+	if invariants.Enabled {
+		defer w.checkInvariants()
+	}
 	w.tick++
 	if w.state == writerFenced || w.state == writerClosed {
 		return
@@ -490,6 +515,9 @@ func (w *Writer) Tick() {
 // Close stops accepting adds; once every pending entry is resolved the
 // ledger is closed with a CAS to CLOSED at the last acknowledged entry.
 func (w *Writer) Close() {
+	if invariants.Enabled {
+		defer w.checkInvariants()
+	}
 	if w.state == writerOpen {
 		w.state = writerClosing
 	}
@@ -539,4 +567,107 @@ func (w *Writer) stepCloseRead(r MetaResult) {
 	default:
 		w.fence()
 	}
+}
+
+// checkInvariants panics, naming the invariant and its values, if the
+// writer's state breaks what must hold after every input. It runs at the end
+// of every input under -tags invariants; O(pending entries).
+func (w *Writer) checkInvariants() {
+	// Every Add is answered exactly once, in entry order: the Acks emitted
+	// are 0, 1, 2, ... (fenced ones included). UnorderedAck breaks this on
+	// purpose, for the checkers to catch.
+	ordered := !w.cfg.Mutants.UnorderedAck
+	for _, a := range w.ready.Acks[w.acksChecked:] {
+		if ordered && a.EntryID != w.ackedThrough+1 {
+			w.violated("acks in entry order: ack of entry %d follows the ack of entry %d", a.EntryID, w.ackedThrough)
+		}
+		w.ackedThrough = max(w.ackedThrough, a.EntryID)
+	}
+	w.acksChecked = len(w.ready.Acks)
+
+	if w.lastAddConfirmed < -1 || w.lastAddConfirmed >= w.nextEntry {
+		w.violated("-1 <= lastAddConfirmed < nextEntry: lastAddConfirmed(%d) nextEntry(%d)", w.lastAddConfirmed, w.nextEntry)
+	}
+	if w.length < 0 || w.length > w.assignedLength {
+		w.violated("0 <= length <= assignedLength: length(%d) assignedLength(%d)", w.length, w.assignedLength)
+	}
+	if len(w.pending) > w.cfg.MaxInFlight {
+		w.violated("pending <= MaxInFlight: %d pending, MaxInFlight(%d)", len(w.pending), w.cfg.MaxInFlight)
+	}
+	running := w.state == writerOpen || w.state == writerClosing
+	if !running && len(w.pending) > 0 {
+		w.violated("a %s writer has no pending entries: %d pending", w.stateName(), len(w.pending))
+	}
+	// Pending is exactly the entries added and not yet acknowledged in
+	// order: lastAddConfirmed < every key of pending < nextEntry, no gaps.
+	if running && int64(len(w.pending)) != w.nextEntry-w.lastAddConfirmed-1 {
+		w.violated("pending = (lastAddConfirmed, nextEntry): %d pending, lastAddConfirmed(%d) nextEntry(%d)",
+			len(w.pending), w.lastAddConfirmed, w.nextEntry)
+	}
+	e, qw := int64(w.md.EnsembleSize), int64(w.md.WriteQuorum)
+	for id, p := range w.pending {
+		if id != p.id || id <= w.lastAddConfirmed || id >= w.nextEntry {
+			w.violated("lastAddConfirmed < every pending entry < nextEntry: pending key %d (entry %d), lastAddConfirmed(%d) nextEntry(%d)",
+				id, p.id, w.lastAddConfirmed, w.nextEntry)
+		}
+		if p.done && !w.cfg.Mutants.UnorderedAck {
+			w.violated("no entry is acknowledged ahead of lastAddConfirmed: entry %d, lastAddConfirmed(%d)", id, w.lastAddConfirmed)
+		}
+		for idx := range p.acked {
+			if w.failed[idx] || ((int64(idx)-id%e)%e+e)%e >= qw {
+				w.violated("an entry's acks come from live members of its write set: entry %d acked by index %d (failed %v, E=%d Qw=%d)",
+					id, idx, w.failed[idx], e, qw)
+			}
+		}
+	}
+	// advance acknowledges as soon as it can: the next entry in order
+	// never sits on an ack quorum.
+	if p := w.pending[w.lastAddConfirmed+1]; p != nil && len(p.acked) >= w.md.AckQuorum {
+		w.violated("the entry after lastAddConfirmed lacks an ack quorum: entry %d has %d acks, Qa=%d", p.id, len(p.acked), w.md.AckQuorum)
+	}
+	if ordered {
+		// What was acknowledged is exactly 0..lastAddConfirmed, and a
+		// fenced writer answered every add.
+		want := w.lastAddConfirmed
+		if w.state == writerFenced {
+			want = w.nextEntry - 1
+		}
+		if w.ackedThrough != want {
+			w.violated("acks emitted through %d (lastAddConfirmed(%d), nextEntry(%d), %s), want through %d",
+				w.ackedThrough, w.lastAddConfirmed, w.nextEntry, w.stateName(), want)
+		}
+	}
+	for idx := range w.failed {
+		if idx < 0 || idx >= w.md.EnsembleSize {
+			w.violated("failed indexes are ensemble indexes: %d, E=%d", idx, w.md.EnsembleSize)
+		}
+	}
+	// A failed bookie is always being replaced, or about to be retried.
+	if running && len(w.failed) > 0 && w.change == nil && w.retryAt == 0 {
+		w.violated("a failed bookie has an ensemble change in flight or scheduled: failed %v, no change, no retry", w.failed)
+	}
+	if w.closeOp != 0 && w.closeRead != 0 {
+		w.violated("at most one close step in flight: closeOp(%d) closeRead(%d)", w.closeOp, w.closeRead)
+	}
+	if (w.closeOp != 0 || w.closeRead != 0) && w.state != writerClosing && w.state != writerFenced {
+		w.violated("a close is in flight only while closing: closeOp(%d) closeRead(%d) in state %s", w.closeOp, w.closeRead, w.stateName())
+	}
+	switch {
+	case running && w.md.State != StateOpen:
+		w.violated("an open or closing writer holds OPEN metadata: %s writer, metadata %s", w.stateName(), w.md.State)
+	case w.state == writerClosed && w.md.State != StateClosed:
+		w.violated("a closed writer holds CLOSED metadata: metadata %s", w.md.State)
+	}
+	if last := w.md.Fragments[len(w.md.Fragments)-1].FirstEntry; running && last > w.lastAddConfirmed+1 {
+		w.violated("the last fragment starts at or before lastAddConfirmed+1: starts at %d, lastAddConfirmed(%d)", last, w.lastAddConfirmed)
+	}
+}
+
+// violated reports a broken invariant of the writer.
+func (w *Writer) violated(format string, args ...any) {
+	panic(fmt.Sprintf("ledger %d writer: invariant violated: ", w.md.ID) + fmt.Sprintf(format, args...))
+}
+
+func (w *Writer) stateName() string {
+	return [...]string{"open", "closing", "closed", "fenced"}[w.state]
 }

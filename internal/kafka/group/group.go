@@ -35,6 +35,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"quire/internal/invariants"
 )
 
 // State is a group's state, named as Kafka names it on the wire.
@@ -207,6 +209,10 @@ type Group struct {
 
 	deliveries []Delivery
 	events     []string
+
+	// checkedGeneration is the generation at the last invariant check
+	// (-tags invariants, and the randomized test).
+	checkedGeneration int32
 }
 
 // NewGroup returns a group that does not exist yet (state Empty).
@@ -313,6 +319,9 @@ func (g *Group) syncTimerActive() bool {
 // members whose session timed out, the join phase of a rebalance and
 // members that never synced.
 func (g *Group) Tick(now time.Time) {
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
 	if g.state == Dead {
 		return
 	}
@@ -363,6 +372,9 @@ func (g *Group) Tick(now time.Time) {
 // Unload answers every blocked call with NOT_COORDINATOR and kills the group:
 // this broker no longer coordinates it.
 func (g *Group) Unload() {
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
 	for _, m := range g.members {
 		g.answerWaiters(m, kerr.NotCoordinator)
 	}
@@ -417,4 +429,101 @@ func errCode(err *kerr.Error) int16 {
 		return 0
 	}
 	return err.Code
+}
+
+// checkInvariants panics, naming the invariant and its values, if the
+// group's state breaks what must hold after every input. It runs at the end
+// of Join, Sync, Heartbeat, Leave, Tick and Unload under -tags invariants,
+// and after every step of the randomized test; O(members + pending).
+func (g *Group) checkInvariants() {
+	if g.generation < g.checkedGeneration {
+		g.violated("the generation never decreases: %d after %d", g.generation, g.checkedGeneration)
+	}
+	g.checkedGeneration = g.generation
+	switch g.state {
+	case Empty:
+		if len(g.members) != 0 || g.protocol != "" {
+			g.violated("an Empty group has no members and no protocol: %d members, protocol %q", len(g.members), g.protocol)
+		}
+	case PreparingRebalance:
+		if !g.initialDelay && len(g.pending) == 0 && len(g.members) > 0 {
+			// maybeCompleteJoin ends the join phase once all rejoined.
+			rejoined := 0
+			for _, m := range g.members {
+				if m.joinWaiter != 0 {
+					rejoined++
+				}
+			}
+			if rejoined == len(g.members) {
+				g.violated("the join phase ends once every member rejoined: all %d rejoined, no pending member, no initial delay", rejoined)
+			}
+		}
+	case CompletingRebalance, Stable:
+		if len(g.members) == 0 || g.generation == 0 {
+			g.violated("a %s group has members and a generation: %d members, generation %d", g.state, len(g.members), g.generation)
+		}
+	case Dead:
+	default:
+		g.violated("the state is one of Kafka's: %d", g.state)
+	}
+	if (len(g.members) == 0) != (g.leader == "") {
+		g.violated("a group with members has a leader, one without none: %d members, leader %q", len(g.members), g.leader)
+	}
+	if g.leader != "" && g.byID[g.leader] == nil {
+		g.violated("the leader is a member: leader %q, members %v", g.leader, g.MemberIDs())
+	}
+	if _, ok := g.pendingSync[g.leader]; g.state == CompletingRebalance && !ok {
+		// The leader's SyncGroup completes the rebalance.
+		g.violated("CompletingRebalance awaits the leader's SyncGroup: leader %q has synced (pending %d)", g.leader, len(g.pendingSync))
+	}
+	if len(g.byID) != len(g.members) {
+		g.violated("the member index matches the member list: %d indexed, %d members", len(g.byID), len(g.members))
+	}
+	for _, m := range g.members {
+		if g.byID[m.id] != m {
+			g.violated("every member is indexed by its id: %s", m.id)
+		}
+		if m.joinWaiter != 0 && g.state != PreparingRebalance {
+			g.violated("a member is blocked in JoinGroup only in PreparingRebalance: %s in %s", m.id, g.state)
+		}
+		if m.syncWaiter != 0 && g.state != CompletingRebalance {
+			g.violated("a member is blocked in SyncGroup only in CompletingRebalance: %s in %s", m.id, g.state)
+		}
+		if m.instanceID != nil && g.static[*m.instanceID] != m.id {
+			g.violated("a static member is indexed by its instance: %s (instance %s) indexed as %q", m.id, *m.instanceID, g.static[*m.instanceID])
+		}
+		if m.protocolType != g.protocolType {
+			g.violated("members share the group's protocol type: %s has %q, the group %q", m.id, m.protocolType, g.protocolType)
+		}
+		if g.state == Stable && m.assignment == nil {
+			g.violated("in Stable every member has its assignment: %s has none", m.id)
+		}
+		if _, ok := g.pending[m.id]; ok {
+			g.violated("a pending member id is not a member yet: %s", m.id)
+		}
+	}
+	for instance, id := range g.static {
+		if m := g.byID[id]; m == nil || m.instanceID == nil || *m.instanceID != instance {
+			g.violated("the static index names members: instance %s -> %s", instance, id)
+		}
+	}
+	for id := range g.pendingSync {
+		if g.byID[id] == nil {
+			g.violated("members awaited in SyncGroup are members: %s", id)
+		}
+	}
+	if len(g.pendingSync) > 0 && g.state != CompletingRebalance && g.state != Stable && g.state != Dead {
+		g.violated("members are awaited in SyncGroup only after a join completed: %d in %s", len(g.pendingSync), g.state)
+	}
+	if len(g.pending) > g.cfg.MaxMembers {
+		g.violated("pending member ids <= MaxMembers: %d, MaxMembers(%d)", len(g.pending), g.cfg.MaxMembers)
+	}
+	if len(g.members) > 0 && !g.exists {
+		g.violated("a group with members exists: %d members", len(g.members))
+	}
+}
+
+// violated reports a broken invariant of the group.
+func (g *Group) violated(format string, args ...any) {
+	panic(fmt.Sprintf("group %q (%s, generation %d): invariant violated: ", g.name, g.state, g.generation) + fmt.Sprintf(format, args...))
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"quire/internal/invariants"
 )
 
 func joinError(version int16, memberID string, err *kerr.Error) *kmsg.JoinGroupResponse {
@@ -62,6 +64,9 @@ func (g *Group) joinResponse(version int16, m *member) *kmsg.JoinGroupResponse {
 func (g *Group) Join(now time.Time, waiter WaiterID, client ClientInfo, req *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
 	if waiter == 0 {
 		panic("group: waiter id 0")
+	}
+	if invariants.Enabled {
+		defer g.checkInvariants()
 	}
 	if req.Reason != nil {
 		g.note("member %q joins: %s", req.MemberID, *req.Reason)
@@ -518,6 +523,9 @@ func (g *Group) Sync(now time.Time, waiter WaiterID, req *kmsg.SyncGroupRequest)
 	if waiter == 0 {
 		panic("group: waiter id 0")
 	}
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
 	if !g.exists {
 		return syncError(req.Version, kerr.UnknownMemberID)
 	}
@@ -583,6 +591,9 @@ func (g *Group) syncResponse(version int16, m *member) *kmsg.SyncGroupResponse {
 
 // Heartbeat handles Heartbeat: REBALANCE_IN_PROGRESS tells a member to rejoin.
 func (g *Group) Heartbeat(now time.Time, req *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
 	r := kmsg.NewPtrHeartbeatResponse()
 	r.Version = req.Version
 	r.ErrorCode = errCode(g.heartbeat(now, req))
@@ -617,6 +628,9 @@ func (g *Group) heartbeat(now time.Time, req *kmsg.HeartbeatRequest) *kerr.Error
 // Leave handles LeaveGroup: v0–v2 one member (the error at the top level),
 // v3+ a batch with an error per member.
 func (g *Group) Leave(now time.Time, req *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse {
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
 	r := kmsg.NewPtrLeaveGroupResponse()
 	r.Version = req.Version
 	if g.state == Dead {

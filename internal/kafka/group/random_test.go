@@ -9,53 +9,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// checkInvariants asserts what must hold after every input.
-func checkInvariants(t *testing.T, h *harness, lastGeneration int32) {
+// checkInvariants asserts what must hold after every input: the Group's own
+// invariants (Group.checkInvariants, which also run inside the core under
+// -tags invariants), reported as a test failure rather than a panic.
+func checkInvariants(t *testing.T, h *harness) {
 	t.Helper()
-	g := h.g
-	if g.generation < lastGeneration {
-		t.Fatalf("generation went back from %d to %d", lastGeneration, g.generation)
-	}
-	switch g.state {
-	case Empty:
-		if len(g.members) != 0 {
-			t.Fatalf("Empty with %d members", len(g.members))
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatal(p)
 		}
-	case CompletingRebalance, Stable:
-		if len(g.members) == 0 {
-			t.Fatalf("%s without members", g.state)
-		}
-	}
-	if len(g.members) > 0 && g.byID[g.leader] == nil {
-		t.Fatalf("leader %q is not a member", g.leader)
-	}
-	if len(g.byID) != len(g.members) {
-		t.Fatalf("index has %d members, list %d", len(g.byID), len(g.members))
-	}
-	for _, m := range g.members {
-		if g.byID[m.id] != m {
-			t.Fatalf("member %s not indexed", m.id)
-		}
-		if m.joinWaiter != 0 && g.state != PreparingRebalance {
-			t.Fatalf("member %s blocked in join while %s", m.id, g.state)
-		}
-		if m.syncWaiter != 0 && g.state != CompletingRebalance {
-			t.Fatalf("member %s blocked in sync while %s", m.id, g.state)
-		}
-		if m.instanceID != nil && g.static[*m.instanceID] != m.id {
-			t.Fatalf("static index of %s wrong", m.id)
-		}
-	}
-	for instance, id := range g.static {
-		if m := g.byID[id]; m == nil || m.instanceID == nil || *m.instanceID != instance {
-			t.Fatalf("static %s → %s dangling", instance, id)
-		}
-	}
-	for id := range g.pendingSync {
-		if g.byID[id] == nil {
-			t.Fatalf("pending sync of non-member %s", id)
-		}
-	}
+	}()
+	h.g.checkInvariants()
 }
 
 // TestRandomOperations drives a group with random inputs from several
@@ -86,7 +50,6 @@ func randomRun(t *testing.T, seed uint64) {
 			clients[i].instance = &instance
 		}
 	}
-	var lastGeneration int32
 	// settle applies answers that arrived for blocked calls.
 	settle := func(c *randomClient) {
 		if c.blocked == 0 {
@@ -151,8 +114,7 @@ func randomRun(t *testing.T, seed uint64) {
 		default: // time passes
 			h.advance(time.Duration(rng.IntN(4000)) * time.Millisecond)
 		}
-		checkInvariants(t, h, lastGeneration)
-		lastGeneration = h.g.generation
+		checkInvariants(t, h)
 	}
 	// Everyone goes away: every blocked call is answered, the group empties.
 	h.advance(time.Hour)
@@ -164,7 +126,7 @@ func randomRun(t *testing.T, seed uint64) {
 	if h.g.State() != Empty || len(h.g.pending) != 0 {
 		t.Fatalf("after everyone left: %s, %d members, %d pending", h.g.State(), len(h.g.members), len(h.g.pending))
 	}
-	checkInvariants(t, h, lastGeneration)
+	checkInvariants(t, h)
 }
 
 // blocked reports whether waiter w is still held by a member.
