@@ -3,6 +3,8 @@ package mlog
 import (
 	"fmt"
 	"iter"
+
+	"quire/internal/invariants"
 )
 
 // DefaultMaxUnackedRangesToPersist is how many individually acknowledged
@@ -45,6 +47,11 @@ type Cursor struct {
 	overLimit bool
 	// crossed: overLimit went false -> true since LimitCrossed last said so.
 	crossed bool
+
+	// checkedMarkDelete is markDelete at the last invariant check (valid
+	// once checked is set): kept only for the checks (-tags invariants).
+	checkedMarkDelete Position
+	checked           bool
 }
 
 // NewCursor returns a cursor at markDelete with nothing acknowledged above
@@ -56,6 +63,9 @@ func NewCursor(name string, markDelete Position, opts CursorOptions) (*Cursor, e
 	}
 	c := &Cursor{name: name, markDelete: markDelete}
 	c.setOptions(opts)
+	if invariants.Enabled {
+		c.checkInvariants()
+	}
 	return c, nil
 }
 
@@ -89,6 +99,9 @@ func (c *Cursor) Ack(p Position) (advanced bool) {
 // mark-delete position are already acknowledged and ignored. It reports
 // whether the mark-delete position moved.
 func (c *Cursor) AckRange(lo, hi Position) (advanced bool) {
+	if invariants.Enabled {
+		defer c.checkInvariants()
+	}
 	if !c.markDelete.Less(hi) || hi.Less(lo) {
 		return false
 	}
@@ -112,6 +125,9 @@ func (c *Cursor) AckRange(lo, hi Position) (advanced bool) {
 // offset names the next record to read, so the caller passes the one
 // before it). It reports whether the mark-delete position moved.
 func (c *Cursor) AckCumulative(p Position) (advanced bool) {
+	if invariants.Enabled {
+		defer c.checkInvariants()
+	}
 	if !c.markDelete.Less(p) {
 		return false
 	}
@@ -237,4 +253,30 @@ func (c *Cursor) updateLimit() {
 		c.crossed = true
 	}
 	c.overLimit = over
+}
+
+// checkInvariants panics, naming the invariant and its values, if the cursor
+// breaks what must hold after every acknowledgement: the mark-delete
+// position never moves back, and the acknowledged ranges satisfy the
+// RangeSet invariant and lie above it, not touching it within its ledger.
+// Whether entries lie between ranges in different ledgers only the ledger
+// list can say: ManagedLedger checks that. It runs at the end of every input
+// under -tags invariants; O(ranges).
+func (c *Cursor) checkInvariants() {
+	if c.checked && c.markDelete.Less(c.checkedMarkDelete) {
+		c.violated("the mark-delete position never moves back: %v after %v", c.markDelete, c.checkedMarkDelete)
+	}
+	c.checkedMarkDelete, c.checked = c.markDelete, true
+	c.acked.checkInvariants()
+	if first, ok := c.acked.First(); ok && (!c.markDelete.Less(first.Lo) || adjacentInLedger(c.markDelete, first.Lo)) {
+		c.violated("every range is above markDelete with an entry between: markDelete %v, first range %v", c.markDelete, first)
+	}
+	if over := c.acked.Len() > c.maxRangesToPersist; over != c.overLimit {
+		c.violated("overLimit = ranges > maxRangesToPersist: overLimit %v, %d ranges, limit %d", c.overLimit, c.acked.Len(), c.maxRangesToPersist)
+	}
+}
+
+// violated reports a broken invariant of the cursor.
+func (c *Cursor) violated(format string, args ...any) {
+	panic(fmt.Sprintf("cursor %q: invariant violated: ", c.name) + fmt.Sprintf(format, args...))
 }

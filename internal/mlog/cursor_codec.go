@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+
+	"quire/internal/invariants"
 )
 
 // Cursor snapshot, version 1. Integers are Go varints (binary.AppendUvarint,
@@ -141,6 +143,9 @@ func Restore(data []byte, opts CursorOptions) (*Cursor, error) {
 	}
 	c.settle()
 	c.updateLimit()
+	if invariants.Enabled {
+		c.checkInvariants()
+	}
 	return c, nil
 }
 

@@ -85,9 +85,7 @@ func (t *ManagedLedger) stepCursorLedger(p pendingLedger, res LedgerResult) {
 	case LedgerAppend:
 		t.onCursorAppended(p, res)
 	case LedgerDelete:
-		if res.Err != nil {
-			t.stats.DeleteFailures++
-		}
+		t.onDeleted(p, res)
 	}
 }
 

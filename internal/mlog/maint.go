@@ -6,12 +6,16 @@ import (
 	"slices"
 	"time"
 
+	"quire/internal/invariants"
 	"quire/internal/meta"
 )
 
 // Tick drives everything time-based: rollover by age and its retries,
 // cursor persistence, TTL, backlog quota, trimming and record fix-ups.
 func (t *ManagedLedger) Tick(now time.Time) {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
 	t.now = now
 	if p := t.recordCheck; p != nil && (t.phase == phaseOpen || t.phase == phaseClosing) {
 		t.recordCheck = nil
@@ -28,6 +32,7 @@ func (t *ManagedLedger) Tick(now time.Time) {
 	t.applyQuota()
 	t.persistCursors(false)
 	t.trim()
+	t.retryDeletes()
 	if t.recordDirty && !t.recordBusy && !t.roll.active {
 		t.casRecord(pendingMeta{purpose: metaRecordSync}, slices.Clone(t.list.infos))
 	}
@@ -138,6 +143,9 @@ func (t *ManagedLedger) slowest() (Position, bool) {
 // topic record on a later tick, its snapshot written at the next persist:
 // a crash in between loses the new subscription, never acknowledged data.
 func (t *ManagedLedger) OpenCursor(name string, fromStart bool, now time.Time) error {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
 	t.now = now
 	if err := validCursorName(name); err != nil {
 		return err
@@ -167,6 +175,9 @@ func (t *ManagedLedger) OpenCursor(name string, fromStart bool, now time.Time) e
 // back trimming (the seed's immediate fix for storage pinned by an abandoned
 // subscription). Its record goes once the topic record stops naming it.
 func (t *ManagedLedger) DeleteCursor(name string, now time.Time) error {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
 	t.now = now
 	cs, ok := t.cursors[name]
 	if !ok {
@@ -211,6 +222,9 @@ func (t *ManagedLedger) AckCumulative(cursor string, p Position, now time.Time) 
 }
 
 func (t *ManagedLedger) ack(cursor string, p Position, now time.Time, op func(*Cursor, Position) bool) error {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
 	t.now = now
 	cs, ok := t.cursors[cursor]
 	if !ok {
@@ -475,6 +489,9 @@ func (t *ManagedLedger) publishedThrough(cutoff time.Time) (Position, bool) {
 // Close stops accepting appends, persists every cursor, waits for the
 // in-flight appends and closes the current ledger. Done reports the end.
 func (t *ManagedLedger) Close(now time.Time) {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
 	t.now = now
 	if t.phase >= phaseClosing {
 		return
@@ -526,10 +543,11 @@ func (t *ManagedLedger) Stats() Stats {
 	s.CurrentLedger = t.current
 	s.Ledgers = len(t.list.infos)
 	s.StorageSize = t.list.totalSize()
+	s.DeletesPending = len(t.deleteRetries)
 	for _, info := range t.list.infos {
 		s.Entries += info.Entries
 	}
-	s.QueuedAppends, s.HeldAppends = len(t.queue), len(t.held)
+	s.AppendsInFlight, s.QueuedAppends, s.HeldAppends = t.inflight, len(t.queue), len(t.held)
 	s.Cursors = nil
 	for _, name := range t.cursorNames {
 		cs := t.cursors[name]

@@ -1,6 +1,7 @@
 package mlog
 
 import (
+	"fmt"
 	"iter"
 	"math"
 
@@ -9,6 +10,8 @@ import (
 	// ranges under random acknowledgement of 100,000 messages; inserting into
 	// the middle of a slice then moves ~400 KB per ack, a B-tree moves none.
 	"github.com/google/btree"
+
+	"quire/internal/invariants"
 )
 
 // Range is the closed range [Lo, Hi] of positions, Lo <= Hi. It is a range in
@@ -59,6 +62,9 @@ func mergeable(a, b Range) bool {
 // range that an Add absorbs); First O(log n); Count and All O(n).
 type RangeSet struct {
 	tree *btree.BTreeG[Range] // ordered by Lo; nil while empty and never added to
+	// checksSkipped counts invariant checks skipped since the last full one
+	// (-tags invariants only; see checkInvariants).
+	checksSkipped int
 }
 
 // btreeDegree gives nodes of up to 63 ranges (about 2 KB): few levels for
@@ -125,6 +131,9 @@ func (s *RangeSet) Contains(p Position) bool {
 // that now holds r (r merged with every range it overlaps or touches).
 // An empty r (Hi < Lo) adds nothing and returns false.
 func (s *RangeSet) Add(r Range) (Range, bool) {
+	if invariants.Enabled {
+		defer s.checkInvariants()
+	}
 	if r.Hi.Less(r.Lo) {
 		return Range{}, false
 	}
@@ -174,6 +183,9 @@ func (s *RangeSet) add(r Range) (merged Range, e edges) {
 // RemoveThrough removes every position <= p: ranges ending at or before p go,
 // and a range holding p keeps only its part after p.
 func (s *RangeSet) RemoveThrough(p Position) {
+	if invariants.Enabled {
+		defer s.checkInvariants()
+	}
 	for s.tree != nil {
 		first, ok := s.tree.Min()
 		if !ok || p.Less(first.Lo) {
@@ -241,4 +253,36 @@ func (s *RangeSet) Count() (int64, bool) {
 		total += n
 	}
 	return total, true
+}
+
+// fullCheckRanges: a set of up to this many ranges is checked in full every
+// time; a larger one of n ranges once every n/fullCheckRanges calls, so that
+// a check costs about fullCheckRanges steps amortized (a test acknowledging
+// every other one of 50,000 entries would otherwise take quadratic time).
+const fullCheckRanges = 256
+
+// checkInvariants panics, naming the invariant and the ranges, if the set
+// breaks its invariant: every range non-empty, the ranges in order, disjoint
+// and, within a ledger, not touching. It runs at the end of Add and
+// RemoveThrough under -tags invariants (and from Cursor's checks).
+func (s *RangeSet) checkInvariants() {
+	if n := s.Len(); n > fullCheckRanges {
+		s.checksSkipped++
+		if s.checksSkipped < n/fullCheckRanges {
+			return
+		}
+		s.checksSkipped = 0
+	}
+	var prev Range
+	i := 0
+	for r := range s.All() {
+		if r.Hi.Less(r.Lo) {
+			panic(fmt.Sprintf("range set: invariant violated: ranges are non-empty (Lo <= Hi): range %d is %v", i, r))
+		}
+		if i > 0 && (!prev.Hi.Less(r.Lo) || adjacentInLedger(prev.Hi, r.Lo)) {
+			panic(fmt.Sprintf("range set: invariant violated: ranges are sorted, disjoint and not adjacent: range %d %v follows %v", i, r, prev))
+		}
+		prev = r
+		i++
+	}
 }

@@ -18,9 +18,14 @@ var (
 	ErrBacklogQuotaExceeded = errors.New("mlog: backlog quota exceeded")
 	// ErrBacklogQuotaHoldTimeout: a held write waited QuotaHoldTimeout.
 	ErrBacklogQuotaHoldTimeout = errors.New("mlog: backlog quota exceeded, hold timed out")
-	// ErrTooManyQueued: the bounded queue of appends waiting for a ledger
-	// (during takeover or rollover) is full.
-	ErrTooManyQueued = errors.New("mlog: too many appends queued")
+	// ErrBusy: the bounded queue of appends waiting to be sent (for a
+	// writable ledger during takeover or rollover, or for room among the
+	// writer's MaxWriterInFlight) is full. Backpressure: the append was not
+	// written and nothing failed; try again later, or take an admission
+	// first (mlogclient.ManagedLedger.Admit) so that this never happens.
+	ErrBusy = errors.New("mlog: busy: too many appends queued")
+	// ErrTooManyQueued is ErrBusy's former name.
+	ErrTooManyQueued = ErrBusy
 	// ErrNoSuchEntry: an acknowledgement for a position that holds no entry.
 	ErrNoSuchEntry = errors.New("mlog: no such entry")
 	// ErrNoSuchCursor: an acknowledgement on an unknown cursor.
@@ -41,9 +46,16 @@ type Config struct {
 	MaxHeldAppends   int
 	// MessageTTL acknowledges entries older than it on every cursor; 0 off.
 	MessageTTL time.Duration
-	// MaxQueuedAppends bounds appends waiting for a writable ledger
-	// (takeover, rollover); default 10,000.
+	// MaxQueuedAppends bounds appends waiting to be sent: for a writable
+	// ledger (takeover, rollover) or for room among MaxWriterInFlight;
+	// default DefaultMaxQueuedAppends. An append beyond it gets ErrBusy.
 	MaxQueuedAppends int
+	// MaxWriterInFlight bounds appends sent to the current ledger and not
+	// yet answered (default DefaultMaxWriterInFlight). It must not exceed
+	// what the ledger writer accepts (ledgerclient's MaxInFlight, which
+	// refuses an add beyond it): reaching it is backpressure — appends
+	// wait in the queue — never a failed ledger.
+	MaxWriterInFlight int
 	// CursorPersistInterval: a changed cursor is written at most this often
 	// (and on Close); default 1s.
 	CursorPersistInterval time.Duration
@@ -61,6 +73,13 @@ type Config struct {
 	EarlyTrim bool
 }
 
+// Defaults of Config's bounds on appends.
+const (
+	DefaultMaxQueuedAppends = 10_000
+	// DefaultMaxWriterInFlight matches ledgerclient.DefaultMaxInFlight.
+	DefaultMaxWriterInFlight = 1000
+)
+
 // New returns a topic core; call Open to start the takeover.
 func New(cfg Config) *ManagedLedger {
 	if cfg.Rollover == (RolloverPolicy{}) {
@@ -73,7 +92,10 @@ func New(cfg Config) *ManagedLedger {
 		cfg.MaxHeldAppends = 1000
 	}
 	if cfg.MaxQueuedAppends <= 0 {
-		cfg.MaxQueuedAppends = 10_000
+		cfg.MaxQueuedAppends = DefaultMaxQueuedAppends
+	}
+	if cfg.MaxWriterInFlight <= 0 {
+		cfg.MaxWriterInFlight = DefaultMaxWriterInFlight
 	}
 	if cfg.CursorPersistInterval <= 0 {
 		cfg.CursorPersistInterval = time.Second
@@ -201,6 +223,9 @@ const (
 	EventTrimmed
 	EventTTLExpired
 	EventBacklogEvicted
+	// EventDeleteAbandoned: a ledger delete failed while maxDeleteRetries
+	// others waited for a retry; the ledger stays on the bookies.
+	EventDeleteAbandoned
 )
 
 // Event is something the shell should log.
@@ -302,9 +327,22 @@ type Stats struct {
 	RolloverFailures  int64
 	LastRolloverError string
 	TrimmedLedgers    int64
+	// DeleteFailures counts failed ledger deletes (each is retried);
+	// DeletesAbandoned those not retried because maxDeleteRetries were
+	// already waiting.
 	DeleteFailures    int64
+	DeletesAbandoned  int64
+	DeletesPending    int
 
-	QueuedAppends     int
+	// AppendsInFlight: sent to the current ledger, not yet answered (at
+	// most MaxWriterInFlight). QueuedAppends: waiting to be sent.
+	AppendsInFlight int
+	QueuedAppends   int
+	// AppendsQueuedTotal counts appends that had to wait in the queue;
+	// BusyRejected those refused with ErrBusy because it was full.
+	AppendsQueuedTotal int64
+	BusyRejected       int64
+
 	HeldAppends       int
 	QuotaRejected     int64
 	QuotaHoldTimeouts int64

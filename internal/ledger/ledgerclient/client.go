@@ -2,7 +2,10 @@
 // cores (package ledger): it feeds them bookie responses from the bookie
 // client, metadata results from the metadata store and ticks from a ticker,
 // and carries out what their Ready says. One goroutine owns each state
-// machine, fed through a channel, so the cores need no locks.
+// machine (a loop.Loop), so the cores need no locks: callers' requests reach
+// it through the loop's bounded queue, bookie responses and metadata results
+// through its non-blocking completion path, so a bookie connection's reader
+// never waits for a writer that is itself waiting for that connection.
 //
 // It owns goroutines, timers and I/O for ledgers; it never decides anything
 // the protocol decides — that lives in package ledger, where the simulator
@@ -20,6 +23,7 @@ import (
 	"quire/internal/bookie/client"
 	"quire/internal/bookie/registry"
 	"quire/internal/ledger"
+	"quire/internal/loop"
 	"quire/internal/meta"
 )
 
@@ -32,12 +36,18 @@ type Config struct {
 	// RequestTimeoutTicks and RetryTicks are passed to the cores (defaults 30 and 5).
 	RequestTimeoutTicks int
 	RetryTicks          int
-	MaxInFlight         int // per writer; default 1000
-	Name                string
-	Logger              *slog.Logger
+	// MaxInFlight bounds each writer's entries added and not yet
+	// acknowledged (default DefaultMaxInFlight); an Add beyond it fails
+	// with ledger.ErrTooManyInFlight. See Client.MaxInFlight.
+	MaxInFlight int
+	Name        string
+	Logger      *slog.Logger
 	// Mutants break the protocol on purpose (tests only).
 	Mutants ledger.Mutants
 }
+
+// DefaultMaxInFlight is Config.MaxInFlight's default.
+const DefaultMaxInFlight = 1000
 
 // Client creates, writes, recovers and reads ledgers.
 type Client struct {
@@ -60,11 +70,19 @@ func New(cfg Config) *Client {
 	if cfg.RetryTicks == 0 {
 		cfg.RetryTicks = 5
 	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	return &Client{cfg: cfg, log: cfg.Logger.With("component", "ledger-client"), addrs: map[ledger.BookieID]string{}}
 }
+
+// MaxInFlight is how many entries a writer accepts before they are
+// acknowledged: a caller that never has more unanswered appends on one
+// writer than this never sees ledger.ErrTooManyInFlight.
+func (c *Client) MaxInFlight() int { return c.cfg.MaxInFlight }
 
 // RefreshCluster reads the bookie registry: addresses, zones, writability.
 func (c *Client) RefreshCluster(ctx context.Context) ([]ledger.BookieInfo, error) {
@@ -134,8 +152,13 @@ func (c *Client) Create(ctx context.Context, ensembleSize, writeQuorum, ackQuoru
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{c: c, core: core, id: id, wake: make(chan struct{}, 1), callbacks: map[int64]func(int64, error){}}
-	go w.run()
+	w := &Writer{c: c, core: core, id: id, callbacks: map[int64]func(int64, error){}}
+	// The queue holds callers' adds (and the odd Close or Metadata): sized
+	// to the in-flight bound, a caller that keeps within it (a managed
+	// ledger does) never waits on a full queue.
+	w.loop = loop.New(loop.Config{QueueBound: c.cfg.MaxInFlight, Tick: c.cfg.Tick,
+		OnTick: func(time.Time) { w.core.Tick() }, Ready: w.process, Stopped: w.finish})
+	go w.loop.Run()
 	return w, nil
 }
 
@@ -196,18 +219,15 @@ type Writer struct {
 	c    *Client
 	core *ledger.Writer
 	id   int64
+	loop *loop.Loop // its loop stops once the core ended and every add is answered
 
-	// inbox holds work for the writer's goroutine; unbounded so that
-	// completions never block the bookie client. Once ended, post refuses.
-	mu     sync.Mutex
-	inbox  []func()
-	ended  bool
-	endErr error // the finished core's outcome; set with ended
-	// finalMetadata is the core's record when it ended.
-	finalMetadata ledger.Metadata
-	wake          chan struct{} // capacity 1
+	// Set by the loop goroutine when the core ended, before the loop stops
+	// accepting work; read by callers the loop refused.
+	mu            sync.Mutex
+	endErr        error           // the finished core's outcome
+	finalMetadata ledger.Metadata // the core's record when it ended
 
-	// Owned by the writer's goroutine.
+	// Owned by the loop goroutine.
 	callbacks map[int64]func(int64, error)
 	closeWait []chan error
 }
@@ -215,77 +235,21 @@ type Writer struct {
 // ID is the ledger id.
 func (w *Writer) ID() int64 { return w.id }
 
-// post queues f for the writer's goroutine; false once the writer ended.
-func (w *Writer) post(f func()) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ended {
-		return false
-	}
-	w.inbox = append(w.inbox, f)
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-func (w *Writer) take() []func() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	work := w.inbox
-	w.inbox = nil
-	return work
-}
-
-// run is the one goroutine that owns the core.
-func (w *Writer) run() {
-	ticker := time.NewTicker(w.c.cfg.Tick)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-w.wake:
-			for _, f := range w.take() {
-				f()
-			}
-		case <-ticker.C:
-			w.core.Tick()
-		}
-		w.process()
-		if closed, err := w.core.Closed(); closed && w.core.Pending() == 0 && len(w.callbacks) == 0 {
-			w.mu.Lock()
-			w.ended, w.endErr = true, err
-			w.finalMetadata, _ = w.core.Metadata()
-			rest := w.inbox
-			w.inbox = nil
-			w.mu.Unlock()
-			// Work queued before the end sees the finished core (adds fail
-			// with its error, closes return it).
-			for _, f := range rest {
-				f()
-			}
-			w.process()
-			for _, ch := range w.closeWait {
-				ch <- err
-			}
-			return
-		}
-	}
-}
-
+// process carries out the core's Ready (the loop's Ready hook) and stops
+// the loop once the core ended with nothing left to answer.
 func (w *Writer) process() {
 	for {
 		rd := w.core.Ready()
 		if rd.Empty() {
-			return
+			break
 		}
 		for _, req := range rd.Requests {
-			w.c.send(req, func(resp ledger.Response) { w.post(func() { w.core.Step(resp) }) })
+			w.c.send(req, func(resp ledger.Response) { w.loop.Complete(func() { w.core.Step(resp) }) })
 		}
 		for _, op := range rd.MetaOps {
 			go func(op ledger.MetaOp) {
 				res := w.c.runMeta(op)
-				w.post(func() { w.core.StepMeta(res) })
+				w.loop.Complete(func() { w.core.StepMeta(res) })
 			}(op)
 		}
 		for _, a := range rd.Acks {
@@ -295,10 +259,39 @@ func (w *Writer) process() {
 			}
 		}
 	}
+	if closed, err := w.core.Closed(); closed && w.core.Pending() == 0 && len(w.callbacks) == 0 {
+		w.mu.Lock()
+		w.endErr = err
+		w.finalMetadata, _ = w.core.Metadata()
+		w.mu.Unlock()
+		// Work accepted before this still runs and sees the finished core
+		// (adds fail with its error, closes wait for finish).
+		w.loop.Stop()
+	}
+}
+
+// finish answers the closes (the loop's Stopped hook).
+func (w *Writer) finish() {
+	err := w.closedErr()
+	for _, ch := range w.closeWait {
+		ch <- err
+	}
+	w.closeWait = nil
+}
+
+// post runs f on the writer's goroutine, waiting while its queue is full;
+// false once the writer ended (f never runs then).
+func (w *Writer) post(f func()) bool {
+	return w.loop.Post(context.Background(), f) == nil
 }
 
 // AppendAsync adds payload; cb gets the entry id once it is acknowledged (in
-// entry order) or the error. cb runs on the writer's goroutine: keep it short.
+// entry order) or the error. cb runs on the writer's goroutine, or on the
+// caller's when the writer already ended or refuses payload outright: it
+// must not block. AppendAsync waits while the writer's queue is full
+// (Config.MaxInFlight requests not yet taken by the writer's goroutine):
+// that is backpressure on callers, and it ends as the writer works, since
+// nothing the writer waits for waits for its queue.
 func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) {
 	if limit := w.c.cfg.Bookies.MaxEntryBytes() - ledger.EntryOverhead; len(payload) > limit {
 		// A bookie would refuse it on every ensemble: never let it in.
@@ -379,42 +372,38 @@ func (c *Client) Recover(ctx context.Context, id int64) (ledger.Metadata, error)
 	if _, err := c.RefreshCluster(ctx); err != nil {
 		return ledger.Metadata{}, err
 	}
-	inbox := make(chan func(), 256)
-	stop := make(chan struct{})
-	defer close(stop)
-	post := func(f func()) {
-		select {
-		case inbox <- f:
-		case <-stop:
+	var (
+		l        *loop.Loop
+		finished bool
+		md       ledger.Metadata
+		err      error
+	)
+	l = loop.New(loop.Config{Tick: c.cfg.Tick, OnTick: func(time.Time) { core.Tick() }, Ready: func() {
+		if finished || ctx.Err() != nil {
+			return // stopping: start nothing more
 		}
-	}
-	core.Start()
-	ticker := time.NewTicker(c.cfg.Tick)
-	defer ticker.Stop()
-	for {
 		for rd := core.Ready(); !rd.Empty(); rd = core.Ready() {
 			for _, req := range rd.Requests {
-				c.send(req, func(resp ledger.Response) { post(func() { core.Step(resp) }) })
+				c.send(req, func(resp ledger.Response) { l.Complete(func() { core.Step(resp) }) })
 			}
 			for _, op := range rd.MetaOps {
 				go func(op ledger.MetaOp) {
 					res := c.runMeta(op)
-					post(func() { core.StepMeta(res) })
+					l.Complete(func() { core.StepMeta(res) })
 				}(op)
 			}
 		}
-		if done, md, err := core.Done(); done {
-			return md, err
+		if finished, md, err = core.Done(); finished {
+			l.Stop()
 		}
-		select {
-		case f := <-inbox:
-			f()
-		case <-ticker.C:
-			core.Tick()
-		case <-ctx.Done():
-			return ledger.Metadata{}, fmt.Errorf("recover ledger %d: %w (phase %s)", id, ctx.Err(), core.Phase())
-		}
+	}})
+	core.Start()
+	defer context.AfterFunc(ctx, l.Stop)()
+	l.Run()
+	if !finished {
+		return ledger.Metadata{}, fmt.Errorf("recover ledger %d: %w (phase %s)", id, ctx.Err(), core.Phase())
 	}
+	return md, err
 }
 
 // Read returns entries first..last of a CLOSED ledger (or of an open one up
@@ -423,42 +412,41 @@ func (c *Client) Read(ctx context.Context, md ledger.Metadata, first, last int64
 	if first > last {
 		return nil, nil
 	}
-	core := ledger.NewReader(ledger.ReaderConfig{Metadata: md}, first, last)
+	core := ledger.NewReader(ledger.ReaderConfig{Metadata: md, TimeoutTicks: c.cfg.RequestTimeoutTicks}, first, last)
 	if _, err := c.RefreshCluster(ctx); err != nil {
 		return nil, err
 	}
-	inbox := make(chan ledger.Response, 256)
-	stop := make(chan struct{})
-	defer close(stop)
-	ticker := time.NewTicker(c.cfg.Tick)
-	defer ticker.Stop()
+	var (
+		l        *loop.Loop
+		finished bool
+		err      error
+	)
 	out := make([][]byte, 0, last-first+1)
-	for {
+	l = loop.New(loop.Config{Tick: c.cfg.Tick, OnTick: func(time.Time) { core.Tick() }, Ready: func() {
+		if finished || ctx.Err() != nil {
+			return // stopping: start nothing more
+		}
 		reqs, results := core.Ready()
 		for _, req := range reqs {
-			c.send(req, func(resp ledger.Response) {
-				select {
-				case inbox <- resp:
-				case <-stop:
-				}
-			})
+			c.send(req, func(resp ledger.Response) { l.Complete(func() { core.Step(resp) }) })
 		}
 		for _, r := range results {
 			if r.Err != nil {
-				return out, r.Err
+				finished, err = true, r.Err
+				l.Stop()
+				return
 			}
 			out = append(out, r.Payload)
 		}
 		if core.Done() {
-			return out, nil
+			finished = true
+			l.Stop()
 		}
-		select {
-		case resp := <-inbox:
-			core.Step(resp)
-		case <-ticker.C:
-			core.Tick()
-		case <-ctx.Done():
-			return out, ctx.Err()
-		}
+	}})
+	defer context.AfterFunc(ctx, l.Stop)()
+	l.Run()
+	if !finished {
+		return out, ctx.Err()
 	}
+	return out, err
 }

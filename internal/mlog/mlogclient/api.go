@@ -9,17 +9,15 @@ import (
 )
 
 // Append writes payload and returns its position once the ledger's ack
-// quorum has it (and the ledger is on the topic's persisted list).
+// quorum has it (and the ledger is on the topic's persisted list). It waits
+// for admission first (see Admit), so it never fails with mlog.ErrBusy.
 func (t *ManagedLedger) Append(ctx context.Context, payload []byte) (mlog.Position, error) {
-	ch := make(chan mlog.AppendAck, 1)
-	err := t.call(ctx, func() {
-		t.token++
-		t.waiters[t.token] = func(a mlog.AppendAck) { ch <- a }
-		t.core.Append(t.token, payload, time.Now())
-	})
+	p, err := t.Admit(ctx)
 	if err != nil {
 		return mlog.Position{}, err
 	}
+	ch := make(chan mlog.AppendAck, 1)
+	p.AppendAsync(payload, func(a mlog.AppendAck) { ch <- a })
 	select {
 	case a := <-ch:
 		return a.Pos, a.Err
@@ -28,21 +26,92 @@ func (t *ManagedLedger) Append(ctx context.Context, payload []byte) (mlog.Positi
 	}
 }
 
-// AppendAsync submits payload and returns at once; done gets the ack (or
+// AppendAsync submits payload without admission; done gets the ack (or
 // error) exactly once, on the loop goroutine or, when the managed ledger
-// has already ended, on the caller's: it must not block. Appends submitted
+// has already ended, on the caller's: it must not block. It waits while the
+// loop's inbox is full (Config.InboxBound). Without admission the append
+// may be refused with mlog.ErrBusy when the core's queue is full — nothing
+// failed then, and it was not written; Admit avoids that. Appends submitted
 // one after another from one goroutine are written, and acknowledged, in
 // that order — which a Kafka partition relies on to hand out offsets before
 // the write is durable.
 func (t *ManagedLedger) AppendAsync(payload []byte, done func(mlog.AppendAck)) {
-	ok := t.post(func() {
-		t.token++
-		t.waiters[t.token] = done
-		t.core.Append(t.token, payload, time.Now())
-	})
-	if !ok {
+	if err := t.loop.Post(context.Background(), func() { t.submit(payload, done) }); err != nil {
 		done(mlog.AppendAck{Err: mlog.ErrClosed})
 	}
+}
+
+// submit hands an append to the core. On the loop goroutine.
+func (t *ManagedLedger) submit(payload []byte, done func(mlog.AppendAck)) {
+	t.token++
+	t.waiters[t.token] = done
+	t.core.Append(t.token, payload, time.Now())
+}
+
+// Admit waits until the managed ledger has room for one more append, or
+// ctx ends (its error), or the managed ledger ended (mlog.ErrClosed). The
+// Permit it returns must be used exactly once: Permit.AppendAsync, or
+// Permit.Release to give the room back unused. The room is given back when
+// that append is answered.
+//
+// Admission is separate from submission so that a caller can wait for room
+// without holding its own locks, then submit under them without waiting:
+// Permit.AppendAsync never blocks. Core.MaxQueuedAppends permits exist, and
+// every admitted append still unanswered is in the core's queue, in flight
+// or held (quota), so an admitted append always finds room in the queue
+// and is never refused with mlog.ErrBusy — as long as every append goes
+// through Admit (appends without a permit take queue room uncounted).
+func (t *ManagedLedger) Admit(ctx context.Context) (*Permit, error) {
+	select {
+	case <-t.loop.Done():
+		return nil, mlog.ErrClosed
+	default:
+	}
+	select {
+	case t.permits <- struct{}{}:
+		return &Permit{t: t}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.loop.Done():
+		return nil, mlog.ErrClosed
+	}
+}
+
+// Permit is room for one append, taken by Admit. Use it exactly once.
+type Permit struct {
+	t    *ManagedLedger
+	used bool
+}
+
+// AppendAsync submits payload with the permit's room and returns at once
+// (it never waits). done gets the ack (or error) exactly once, as with
+// ManagedLedger.AppendAsync, after the room is given back; it must not
+// block. The order rule of ManagedLedger.AppendAsync holds across both.
+func (p *Permit) AppendAsync(payload []byte, done func(mlog.AppendAck)) {
+	p.spend()
+	t := p.t
+	answer := func(a mlog.AppendAck) {
+		<-t.permits
+		done(a)
+	}
+	// The completion path never blocks and needs no bound of its own:
+	// the permits bound what goes through it this way.
+	if !t.loop.Complete(func() { t.submit(payload, answer) }) {
+		answer(mlog.AppendAck{Err: mlog.ErrClosed})
+	}
+}
+
+// Release gives the permit's room back without appending.
+func (p *Permit) Release() {
+	p.spend()
+	<-p.t.permits
+}
+
+func (p *Permit) spend() {
+	if p.used {
+		panic("mlogclient: a Permit used twice")
+	}
+	p.used = true
 }
 
 // Read returns up to maxEntries entries from the first one at or after
@@ -252,4 +321,4 @@ func (c *entryCache) get(p mlog.Position) ([]byte, bool) {
 
 // Done is closed once the topic's loop has ended (closed, or fenced by a
 // new owner). An AppendAsync still unanswered then never will be.
-func (t *ManagedLedger) Done() <-chan struct{} { return t.done }
+func (t *ManagedLedger) Done() <-chan struct{} { return t.loop.Done() }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"quire/internal/loop"
 	"quire/internal/mlog"
 )
 
@@ -47,16 +48,14 @@ func TestEntryCacheIsBoundedByCountAndBytes(t *testing.T) {
 // later: callers read what the function writes once call returns, and the
 // race detector caught Ledgers doing so while the loop was still writing.
 func TestAbandonedCallNeverRuns(t *testing.T) {
-	tp := &ManagedLedger{inbox: make(chan func(), 8), done: make(chan struct{})}
-	tp.ctx, tp.cancel = context.WithCancel(context.Background())
-	defer tp.cancel()
+	tp := &ManagedLedger{loop: loop.New(loop.Config{QueueBound: 8})}
+	go tp.loop.Run()
+	defer tp.loop.Stop()
 	release := make(chan struct{})
-	go func() { // the loop, held up by the first function
-		for f := range tp.inbox {
-			f()
-		}
-	}()
-	tp.post(func() { <-release })
+	// The loop, held up by the first function.
+	if err := tp.loop.Post(context.Background(), func() { <-release }); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var ran atomic.Bool
@@ -72,5 +71,4 @@ func TestAbandonedCallNeverRuns(t *testing.T) {
 	if ran.Load() {
 		t.Fatal("the abandoned function ran")
 	}
-	close(tp.inbox)
 }

@@ -1,8 +1,12 @@
 // Package mlogclient is the production shell around the managed-ledger core
 // (mlog.ManagedLedger): it carries out the core's ledger operations with
 // ledgerclient, its metadata operations with a meta.Store, feeds it ticks
-// from a ticker, and answers producers and readers. One goroutine owns each
-// topic's core, fed through a channel, so the core needs no locks.
+// from a ticker, and answers producers and readers. One goroutine (a
+// loop.Loop) owns each topic's core, so the core needs no locks: callers'
+// requests reach it through the loop's bounded queue, results of the
+// operations it started through the loop's non-blocking completion path,
+// and admitted appends (Admit) through that path too, their number bounded
+// by the admission permits.
 //
 // It owns goroutines, timers, I/O and the entry cache; it never decides
 // anything the managed ledger decides (rollover, trimming, quotas, fencing)
@@ -11,6 +15,7 @@ package mlogclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -18,6 +23,7 @@ import (
 
 	"quire/internal/ledger"
 	"quire/internal/ledger/ledgerclient"
+	"quire/internal/loop"
 	"quire/internal/meta"
 	"quire/internal/mlog"
 )
@@ -26,8 +32,15 @@ import (
 type Config struct {
 	Ledgers *ledgerclient.Client
 	Store   meta.Store
-	// Core configures the core; its Name is set by Open.
+	// Core configures the core; its Name is set by Open, and its
+	// MaxWriterInFlight is held to Ledgers.MaxInFlight() (its default), so
+	// the ledger writer never refuses an append for being over its bound.
+	// Core.MaxQueuedAppends is also how many appends Admit lets in.
 	Core mlog.Config
+	// InboxBound bounds requests (AppendAsync without a permit, reads,
+	// acks, stats) waiting for the topic's goroutine; callers wait while
+	// it is reached. Default loop.DefaultQueueBound.
+	InboxBound int
 	// Ensemble, WriteQuorum, AckQuorum of new ledgers (default 3, 3, 2).
 	Ensemble, WriteQuorum, AckQuorum int
 	// Tick is how often the core gets Tick (default 100ms).
@@ -53,10 +66,14 @@ type ManagedLedger struct {
 	name string
 	log  *slog.Logger
 
-	inbox  chan func()
-	ctx    context.Context // cancelled when the loop ends
+	loop *loop.Loop
+	// ctx bounds the operations the loop starts: cancelled by stop.
+	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
+	// permits: one token per append admitted (Admit) and not yet answered.
+	// Capacity Core.MaxQueuedAppends, so admitted appends always fit in
+	// the core's queue and never get mlog.ErrBusy.
+	permits chan struct{}
 
 	// Owned by the loop goroutine.
 	core     *mlog.ManagedLedger
@@ -94,18 +111,28 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		cfg.Logger = slog.Default()
 	}
 	cfg.Core.Name = name
-	loopCtx, cancel := context.WithCancel(context.Background())
+	if cfg.Core.MaxQueuedAppends <= 0 {
+		cfg.Core.MaxQueuedAppends = mlog.DefaultMaxQueuedAppends
+	}
+	if limit := cfg.Ledgers.MaxInFlight(); cfg.Core.MaxWriterInFlight <= 0 || cfg.Core.MaxWriterInFlight > limit {
+		cfg.Core.MaxWriterInFlight = limit
+	}
+	opsCtx, cancel := context.WithCancel(context.Background())
 	t := &ManagedLedger{
 		cfg: cfg, name: name, log: cfg.Logger.With("component", "mlog", "topic", name),
-		inbox: make(chan func(), 1024), ctx: loopCtx, cancel: cancel, done: make(chan struct{}),
+		ctx: opsCtx, cancel: cancel, permits: make(chan struct{}, cfg.Core.MaxQueuedAppends),
 		core: mlog.New(cfg.Core), writers: map[int64]*ledgerclient.Writer{},
 		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]func(mlog.AppendAck){},
 		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes),
 	}
+	t.loop = loop.New(loop.Config{QueueBound: cfg.InboxBound, Tick: cfg.Tick,
+		OnTick:  func(now time.Time) { t.core.Tick(now) },
+		Ready:   t.process,
+		Stopped: func() { t.failWaiters(mlog.ErrClosed) }})
 	opened := make(chan error, 1)
 	t.opened = opened // the loop owns the field from here; Open keeps its own copy
-	go t.run()
-	t.post(func() { t.core.Open(time.Now()) })
+	t.core.Open(time.Now())
+	go t.loop.Run() // its first Ready carries the takeover's first operation out
 	select {
 	case err := <-opened:
 		if err != nil {
@@ -116,16 +143,6 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 	case <-ctx.Done():
 		t.stop()
 		return nil, ctx.Err()
-	}
-}
-
-// post runs f on the loop goroutine; false once the loop has ended.
-func (t *ManagedLedger) post(f func()) bool {
-	select {
-	case t.inbox <- f:
-		return true
-	case <-t.ctx.Done():
-		return false
 	}
 }
 
@@ -142,7 +159,7 @@ func (t *ManagedLedger) call(ctx context.Context, f func()) error {
 	var mu sync.Mutex
 	state := pending
 	ran := make(chan struct{})
-	if !t.post(func() {
+	if err := t.loop.Post(ctx, func() {
 		mu.Lock()
 		if state == abandoned {
 			mu.Unlock()
@@ -152,8 +169,11 @@ func (t *ManagedLedger) call(ctx context.Context, f func()) error {
 		mu.Unlock()
 		f()
 		close(ran)
-	}) {
-		return mlog.ErrClosed
+	}); err != nil {
+		if errors.Is(err, loop.ErrStopped) {
+			return mlog.ErrClosed
+		}
+		return err
 	}
 	var err error
 	select {
@@ -161,7 +181,9 @@ func (t *ManagedLedger) call(ctx context.Context, f func()) error {
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-t.done:
+	case <-t.loop.Done():
+		// The loop runs all it accepted before Done closes, so f has run
+		// (state is started): the check below returns nil.
 		err = mlog.ErrClosed
 	}
 	mu.Lock()
@@ -175,42 +197,35 @@ func (t *ManagedLedger) call(ctx context.Context, f func()) error {
 	return err
 }
 
+// stop ends the loop: what it accepted still runs, then every append
+// still unanswered fails with mlog.ErrClosed.
 func (t *ManagedLedger) stop() {
 	t.cancel()
-	<-t.done
+	t.loop.Stop()
+	<-t.loop.Done()
 }
 
-func (t *ManagedLedger) run() {
-	defer close(t.done)
-	ticker := time.NewTicker(t.cfg.Tick)
-	defer ticker.Stop()
-	for {
-		select {
-		case f := <-t.inbox:
-			f()
-		case now := <-ticker.C:
-			t.core.Tick(now)
-		case <-t.ctx.Done():
-			t.failWaiters(mlog.ErrClosed)
-			return
-		}
-		t.process()
-	}
-}
-
-// process carries out the core's Ready until it is empty.
+// process carries out the core's Ready until it is empty (the loop's Ready
+// hook). Once stopping it starts no more operations; their appends are
+// answered by failWaiters.
 func (t *ManagedLedger) process() {
 	for rd := t.core.Ready(); !rd.Empty(); rd = t.core.Ready() {
 		for _, ev := range rd.Events {
 			t.onEvent(ev)
 		}
 		for _, op := range rd.MetaOps {
+			if t.ctx.Err() != nil {
+				break
+			}
 			go func() {
 				res := t.runMeta(op)
-				t.post(func() { t.core.StepMeta(res, time.Now()) })
+				t.loop.Complete(func() { t.core.StepMeta(res, time.Now()) })
 			}()
 		}
 		for _, op := range rd.LedgerOps {
+			if t.ctx.Err() != nil {
+				break
+			}
 			t.runLedger(op)
 		}
 		for _, a := range rd.Acks {
@@ -290,25 +305,31 @@ func (t *ManagedLedger) runMeta(op mlog.MetaOp) mlog.MetaResult {
 }
 
 // runLedger starts one ledger operation. Appends are handed to the writer
-// right here, on the loop goroutine, so they reach it in the core's order.
+// right here, on the loop goroutine, so they reach it in the core's order
+// (the core keeps them within the writer's MaxInFlight, so the writer's
+// queue has room for them). Results come back through the loop's
+// completion path, which never blocks, whoever delivers them: another
+// goroutine, the writer's loop, or this one when a writer answers inline.
 func (t *ManagedLedger) runLedger(op mlog.LedgerOp) {
 	deliver := func(res mlog.LedgerResult) {
 		res.ID = op.ID
-		t.post(func() {
-			t.core.StepLedger(res, time.Now())
-		})
+		t.loop.Complete(func() { t.core.StepLedger(res, time.Now()) })
 	}
 	lc := t.cfg.Ledgers
 	switch op.Kind {
 	case mlog.LedgerAppend:
 		w := t.writers[op.Ledger]
 		if w == nil {
-			deliver(mlog.LedgerResult{Err: fmt.Errorf("ledger %d: no writer: %w", op.Ledger, ledger.ErrClosed)})
+			// On the loop goroutine: a self-post, which must not wait.
+			t.loop.Defer(func() {
+				t.core.StepLedger(mlog.LedgerResult{ID: op.ID,
+					Err: fmt.Errorf("ledger %d: no writer: %w", op.Ledger, ledger.ErrClosed)}, time.Now())
+			})
 			return
 		}
 		t.payloads[op.ID] = op.Payload
 		w.AppendAsync(op.Payload, func(entryID int64, err error) {
-			t.post(func() {
+			t.loop.Complete(func() {
 				if err == nil {
 					t.cache.put(mlog.Position{LedgerID: op.Ledger, EntryID: entryID}, t.payloads[op.ID])
 				}
@@ -325,10 +346,12 @@ func (t *ManagedLedger) runLedger(op mlog.LedgerOp) {
 				deliver(mlog.LedgerResult{Err: err})
 				return
 			}
-			t.post(func() {
+			if !t.loop.Complete(func() {
 				t.writers[w.ID()] = w
 				t.core.StepLedger(mlog.LedgerResult{ID: op.ID, Ledger: w.ID()}, time.Now())
-			})
+			}) {
+				_ = w.Close(ctx) // the loop ended meanwhile: nobody will write it
+			}
 		}()
 	case mlog.LedgerClose:
 		w := t.writers[op.Ledger]

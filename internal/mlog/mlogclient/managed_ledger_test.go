@@ -44,13 +44,19 @@ func startCluster(t testing.TB) *meta.MemServer {
 	return srv
 }
 
-func config(t testing.TB, srv *meta.MemServer, name string, topic mlog.Config) Config {
+// config returns a shell config on srv's bookies; opts adjust the ledger
+// client's.
+func config(t testing.TB, srv *meta.MemServer, name string, topic mlog.Config, opts ...func(*ledgerclient.Config)) Config {
 	t.Helper()
 	bc := client.New(client.Config{Logger: quiet, RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond})
 	t.Cleanup(bc.Close)
 	store := srv.NewClient()
-	lc := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bc, Tick: 10 * time.Millisecond,
-		RequestTimeoutTicks: 100, Name: name, Logger: quiet})
+	lcfg := ledgerclient.Config{Store: store, Bookies: bc, Tick: 10 * time.Millisecond,
+		RequestTimeoutTicks: 100, Name: name, Logger: quiet}
+	for _, o := range opts {
+		o(&lcfg)
+	}
+	lc := ledgerclient.New(lcfg)
 	topic.Owner = name
 	return Config{Ledgers: lc, Store: store, Core: topic, Tick: 10 * time.Millisecond, Logger: quiet}
 }
