@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"quire/internal/ledger/ledgerclient"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -229,5 +231,71 @@ func TestProduceBudgetBoundsMemory(t *testing.T) {
 	}
 	if failures := counterValue(t, reg, "quire_broker_partition_failures_total", nil); failures != 0 {
 		t.Fatalf("%v partitions failed", failures)
+	}
+}
+
+// TestConcurrentAppendsToOnePartition: 2,000 produces at once to one
+// partition whose ledger writer takes 16 entries at a time and whose queue
+// holds 64. Producers wait for room instead of failing: every produce is
+// answered at its own offset, and the partition neither reloads nor rolls
+// its ledger over.
+func TestConcurrentAppendsToOnePartition(t *testing.T) {
+	c := newTestCluster(t)
+	reg := prometheus.NewRegistry()
+	b, _ := c.startBrokerWith(func(lc *ledgerclient.Config) { lc.MaxInFlight = 16 }, func(cfg *Config) {
+		cfg.Registerer = reg
+		cfg.MaxQueuedAppends = 64
+	})
+	addr := b.cfg.KafkaAdvertised
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := kadm.NewClient(newClient(t, addr)).CreateTopic(ctx, 1, 1, nil, "one"); err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, each = 100, 20
+	offsets := make(chan int64, goroutines*each)
+	errs := make(chan error, goroutines)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				p, err := produceRaw(addr, "one", 0, testBatch())
+				if err == nil && p.ErrorCode != 0 {
+					err = fmt.Errorf("error code %d", p.ErrorCode)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				offsets <- p.BaseOffset
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	close(offsets)
+	seen := map[int64]bool{}
+	for o := range offsets {
+		if seen[o] || o < 0 || o >= goroutines*each {
+			t.Fatalf("offset %d given twice or out of range", o)
+		}
+		seen[o] = true
+	}
+	if loads := counterValue(t, reg, "quire_broker_partition_loads_total", nil); loads != 1 {
+		t.Fatalf("%v partition loads: the partition was reloaded", loads)
+	}
+	if failures := counterValue(t, reg, "quire_broker_partition_failures_total", nil); failures != 0 {
+		t.Fatalf("%v partition failures", failures)
+	}
+	if rolls := counterValue(t, reg, "quire_topic_rollovers_total", nil); rolls != 0 {
+		t.Fatalf("%v rollovers: a full queue rolled the ledger over", rolls)
+	}
+	if busy := counterValue(t, reg, "quire_topic_appends_queued_total", nil); busy == 0 {
+		t.Fatal("no append ever waited in the queue: the test did not reach the writer's bound")
 	}
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// and per connection (queued.max.request.bytes); at a bound the front
 	// end stops reading. Zero: kafka.DefaultMaxQueuedRequestBytes and
 	// kafka.DefaultMaxConnRequestBytes.
+	// MaxQueuedAppends bounds each partition's appends waiting for its
+	// ledger writer (which takes ledgerclient's MaxInFlight at a time);
+	// produces beyond it wait for room (default mlog.DefaultMaxQueuedAppends).
+	MaxQueuedAppends int
 	// ProducerIDExpiration is how long an idempotent producer that writes
 	// nothing is remembered per partition (producer.id.expiration.ms;
 	// default 24h).

@@ -57,6 +57,13 @@ func newTestCluster(t *testing.T) *testCluster {
 // startBroker starts a broker on its own store client (its own session).
 func (c *testCluster) startBroker(mod func(*Config)) (*Broker, meta.Store) {
 	c.t.Helper()
+	return c.startBrokerWith(nil, mod)
+}
+
+// startBrokerWith is startBroker with the ledger client's settings changed
+// by lcMod too.
+func (c *testCluster) startBrokerWith(lcMod func(*ledgerclient.Config), mod func(*Config)) (*Broker, meta.Store) {
+	c.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		c.t.Fatal(err)
@@ -64,7 +71,11 @@ func (c *testCluster) startBroker(mod func(*Config)) (*Broker, meta.Store) {
 	store := c.srv.NewClient()
 	bc := client.New(client.Config{Logger: quiet, RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond})
 	c.t.Cleanup(bc.Close)
-	lc := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bc, Tick: 10 * time.Millisecond, RequestTimeoutTicks: 200, Name: "broker", Logger: quiet})
+	lcfg := ledgerclient.Config{Store: store, Bookies: bc, Tick: 10 * time.Millisecond, RequestTimeoutTicks: 200, Name: "broker", Logger: quiet}
+	if lcMod != nil {
+		lcMod(&lcfg)
+	}
+	lc := ledgerclient.New(lcfg)
 	cfg := DefaultConfig()
 	cfg.Store, cfg.Ledgers, cfg.KafkaListener, cfg.Logger = store, lc, ln, quiet
 	cfg.SessionTTL = 2 * time.Second

@@ -20,13 +20,26 @@ func toPos(p mlog.Position) partition.Pos {
 	return partition.Pos{Segment: p.LedgerID, Entry: p.EntryID}
 }
 
-func (l ledgerLog) Append(payload []byte) <-chan partition.AppendAck {
+func (l ledgerLog) Admit(ctx context.Context) (partition.Permit, error) {
+	p, err := l.ml.Admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ledgerPermit{p}, nil
+}
+
+// ledgerPermit is room for one append in a managed ledger.
+type ledgerPermit struct{ p *mlogclient.Permit }
+
+func (p ledgerPermit) Append(payload []byte) <-chan partition.AppendAck {
 	ch := make(chan partition.AppendAck, 1)
-	l.ml.AppendAsync(payload, func(a mlog.AppendAck) {
+	p.p.AppendAsync(payload, func(a mlog.AppendAck) {
 		ch <- partition.AppendAck{Pos: toPos(a.Pos), Err: a.Err}
 	})
 	return ch
 }
+
+func (p ledgerPermit) Release() { p.p.Release() }
 
 func (l ledgerLog) Read(ctx context.Context, from partition.Pos, max int) ([]partition.Entry, error) {
 	es, err := l.ml.Read(ctx, mlog.Position{LedgerID: from.Segment, EntryID: from.Entry}, max)

@@ -15,6 +15,7 @@ type collector struct {
 	rollovers, rollFailures, trimmed      *prometheus.Desc
 	cacheHits, cacheMisses                *prometheus.Desc
 	loads, failures                       *prometheus.Desc
+	inFlight, queuedTotal, busy           *prometheus.Desc
 }
 
 func newCollector(b *Broker) *collector {
@@ -30,13 +31,16 @@ func newCollector(b *Broker) *collector {
 		hw:           prometheus.NewDesc("quire_kafka_partition_high_watermark", "Kafka high watermark (next offset) of a partition served here.", l, nil),
 		logStart:     prometheus.NewDesc("quire_kafka_partition_log_start_offset", "First offset still stored.", l, nil),
 		owned:        prometheus.NewDesc("quire_broker_owned_bundles", "Namespace bundles this broker owns.", nil, nil),
+		inFlight:     prometheus.NewDesc("quire_topic_appends_in_flight", "Appends sent to the current ledger and not yet acknowledged.", l, nil),
+		queuedTotal:  prometheus.NewDesc("quire_topic_appends_queued_total", "Appends that waited in the topic's queue (for a writable ledger, or for room in the ledger writer) before being sent.", l, nil),
+		busy:         prometheus.NewDesc("quire_topic_appends_busy_total", "Appends refused because the topic's queue was full (never written; admitted appends never are).", l, nil),
 		loads:        prometheus.NewDesc("quire_broker_partition_loads_total", "Partitions loaded (taken over) by this broker.", nil, nil),
 		failures:     prometheus.NewDesc("quire_broker_partition_failures_total", "Partitions that stopped serving here because their log failed or was fenced by a new owner.", nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures} {
+	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy} {
 		ch <- d
 	}
 }
@@ -77,5 +81,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.trimmed, float64(s.TrimmedLedgers))
 		counter(c.cacheHits, float64(s.CacheHits))
 		counter(c.cacheMisses, float64(s.CacheMisses))
+		gauge(c.inFlight, float64(s.AppendsInFlight))
+		counter(c.queuedTotal, float64(s.AppendsQueuedTotal))
+		counter(c.busy, float64(s.BusyRejected))
 	}
 }

@@ -46,7 +46,6 @@ func storageName(partitionName string, id catalog.TopicID) string {
 // bookie frame less the frame's and the entry's overhead.
 const maxEntryBatch = wire.DefaultMaxFrameBytes - wire.FrameOverheadBytes - 64
 
-
 // partition returns the served partition p of topic, loading it when this
 // broker owns its bundle.
 func (b *Broker) partition(ctx context.Context, topicName string, idx int32) (*partition.Partition, error) {
@@ -142,6 +141,7 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 		Logger: b.cfg.Logger,
 	}
 	mcfg.Core.Owner = fmt.Sprintf("broker-%d", b.cluster.Self().ID)
+	mcfg.Core.MaxQueuedAppends = b.cfg.MaxQueuedAppends
 	t, err := mlogclient.Open(ctx, storage, mcfg)
 	if err != nil {
 		b.log.Warn("load partition", "partition", l.name, "err", err)

@@ -84,9 +84,12 @@ type Partition interface {
 	// Append submits one record batch (v2, as the producer sent it). Appends
 	// submitted one after another (from one goroutine) are written in that
 	// order. It assigns offsets, checks idempotent-producer sequences, and
-	// returns at once; the result arrives on the channel once the batch is
-	// durable (acks=1 and acks=all both wait for it in ledger mode) or failed.
-	Append(batch []byte) <-chan AppendResult
+	// returns once the batch is submitted; the result arrives on the channel
+	// once the batch is durable (acks=1 and acks=all both wait for it in
+	// ledger mode) or failed. When the partition's log is at its bound of
+	// appends in flight, Append waits for room (backpressure) until ctx ends,
+	// and then answers REQUEST_TIMED_OUT without appending.
+	Append(ctx context.Context, batch []byte) <-chan AppendResult
 	// Read returns batches from the one containing offset onwards.
 	// kerr.OffsetOutOfRange when offset < LogStartOffset or > HighWatermark.
 	// Reading at HighWatermark returns no records.

@@ -124,7 +124,7 @@ func fuzzServer(f *testing.F) (*kafka.Server, *kafkatest.Backend) {
 		f.Fatal(err)
 	}
 	// Something to fetch.
-	<-backend.PartitionFor("t", 0).Append(buildBatch(2, "seed", 1))
+	<-backend.PartitionFor("t", 0).Append(context.Background(), buildBatch(2, "seed", 1))
 	return s, backend
 }
 

@@ -13,8 +13,11 @@ package kafka
 // Both 1 and −1 wait for Append's result, which in ledger mode comes once the
 // batch is durable. acks=0 gets no response, but its appends are still
 // awaited in order; if any failed, the connection is closed so the producer
-// notices (as Kafka does). timeout_ms > 0 bounds the wait
-// (REQUEST_TIMED_OUT); ≤ 0 waits as long as the connection lives.
+// notices (as Kafka does). timeout_ms > 0 bounds the wait, from the moment
+// the request is read: for room in a partition's log (a full log holds up
+// the connection's reader, which is backpressure on the client) and then
+// for the results (REQUEST_TIMED_OUT); ≤ 0 waits as long as the connection
+// lives.
 //
 // Deviations: several batches for one partition are accepted (Kafka ≥ 3
 // allows one) and appended in order; the response's base offset is the
@@ -51,6 +54,13 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 		requestCode = kerr.TransactionalIDAuthorizationFailed.Code
 	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
 		requestCode = kerr.InvalidRequiredAcks.Code
+	}
+
+	// One deadline for the whole request: submitting (a full log makes
+	// Append wait) and then waiting for the results.
+	waitCtx, cancelWait := ctx, context.CancelFunc(func() {})
+	if req.TimeoutMillis > 0 {
+		waitCtx, cancelWait = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
 	}
 
 	var pending []pendingAppend
@@ -90,7 +100,7 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 			}
 			pa := pendingAppend{topic: len(resp.Topics), partition: len(rt.Partitions)}
 			for _, b := range batches {
-				pa.results = append(pa.results, part.Append(b))
+				pa.results = append(pa.results, part.Append(waitCtx, b))
 			}
 			pending = append(pending, pa)
 			rt.Partitions = append(rt.Partitions, rp)
@@ -99,12 +109,7 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 	}
 
 	return func(ctx context.Context) kmsg.Response {
-		waitCtx := ctx
-		if req.TimeoutMillis > 0 {
-			var cancel context.CancelFunc
-			waitCtx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
-			defer cancel()
-		}
+		defer cancelWait()
 		for _, pa := range pending {
 			rp := &resp.Topics[pa.topic].Partitions[pa.partition]
 			for i, ch := range pa.results {

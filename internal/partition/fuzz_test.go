@@ -42,7 +42,7 @@ func FuzzBatches(f *testing.F) {
 			}
 			_ = CheckCRC(raw)
 			firstRecordAtOrAfter(b, raw, b.BaseTimestamp+1)
-			r := <-p.Append(raw)
+			r := <-p.Append(context.Background(), raw)
 			// A retry of a remembered idempotent batch is answered with the
 			// original's offset (as Kafka does), whatever its bytes.
 			if r.Err == nil && (len(accepted) == 0 || r.BaseOffset > accepted[len(accepted)-1].base) {

@@ -46,9 +46,11 @@ var ErrLogClosed = errors.New("partition: log closed")
 
 // Log is the storage a partition sits on. One writer: its owner.
 type Log interface {
-	// Append submits an entry; entries submitted one after another are
-	// stored and acknowledged in that order. The ack arrives on the channel.
-	Append(payload []byte) <-chan AppendAck
+	// Admit waits until the log has room for one more append — its bound
+	// of appends queued and in flight — or ctx ends (ctx's error), or the
+	// log has stopped (ErrLogClosed or the log's own error). Waiting here
+	// is backpressure, not a failure. The Permit must be used exactly once.
+	Admit(ctx context.Context) (Permit, error)
 	// Read returns up to max entries at or after from, only acknowledged
 	// ones, across segments.
 	Read(ctx context.Context, from Pos, max int) ([]Entry, error)
@@ -57,6 +59,19 @@ type Log interface {
 	// Done is closed when the log has stopped; no further acks arrive.
 	Done() <-chan struct{}
 	Close(ctx context.Context) error
+}
+
+// Permit is room for one append, taken by Log.Admit. Admission is apart
+// from submission so that a partition waits for room without holding its
+// lock, then assigns offsets and submits under it without waiting.
+type Permit interface {
+	// Append submits an entry and returns at once; entries submitted one
+	// after another (through any permits of one log) are stored and
+	// acknowledged in that order. The ack arrives on the channel; the
+	// room is given back when it does.
+	Append(payload []byte) <-chan AppendAck
+	// Release gives the room back without appending.
+	Release()
 }
 
 // AppendAck answers one Append: where the entry is stored, or why not.

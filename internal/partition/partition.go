@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -89,6 +90,9 @@ type Partition struct {
 	refreshing bool
 	// refreshes counts background refreshes started (tests).
 	refreshes int
+	// admitTimeouts counts appends that found no room in the log before
+	// their produce's deadline (answered REQUEST_TIMED_OUT, not written).
+	admitTimeouts atomic.Int64
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -300,7 +304,7 @@ func (p *Partition) indexBatch(b Batch, pos Pos, size int32) {
 }
 
 // Append implements kafka.Partition.
-func (p *Partition) Append(raw []byte) <-chan kafka.AppendResult {
+func (p *Partition) Append(ctx context.Context, raw []byte) <-chan kafka.AppendResult {
 	out := make(chan kafka.AppendResult, 1)
 	if p.cfg.MaxBatchBytes > 0 && len(raw) > p.cfg.MaxBatchBytes {
 		out <- kafka.AppendResult{Err: kerr.MessageTooLarge}
@@ -315,15 +319,31 @@ func (p *Partition) Append(raw []byte) <-chan kafka.AppendResult {
 		out <- kafka.AppendResult{Err: kerr.InvalidRecord}
 		return out
 	}
+	// Room in the log first, without the lock: a full log makes this
+	// produce wait, and nothing else.
+	permit, err := p.cfg.Log.Admit(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			p.admitTimeouts.Add(1)
+			out <- kafka.AppendResult{Err: kerr.RequestTimedOut}
+		} else {
+			out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
+		}
+		return out
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.failed != nil || p.closing {
+		permit.Release()
 		out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
 		return out
 	}
 	var rec *batchRecord
 	if b.Idempotent() {
 		dup, err := p.producers.check(b)
+		if err != nil || dup != nil {
+			permit.Release()
+		}
 		switch {
 		case err != nil:
 			out <- kafka.AppendResult{Err: seqErr(err)}
@@ -352,7 +372,7 @@ func (p *Partition) Append(raw []byte) <-chan kafka.AppendResult {
 	if rec != nil {
 		p.producers.record(b, rec, time.Now())
 	}
-	p.queue = append(p.queue, &pending{batch: b, ack: p.cfg.Log.Append(payload), rec: rec, result: out, size: int32(len(payload))})
+	p.queue = append(p.queue, &pending{batch: b, ack: permit.Append(payload), rec: rec, result: out, size: int32(len(payload))})
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -779,6 +799,10 @@ func (p *Partition) refreshStartInBackground() {
 
 // refreshStartTimeout bounds a background RefreshStart.
 const refreshStartTimeout = 10 * time.Second
+
+// AdmitTimeouts counts appends answered REQUEST_TIMED_OUT because the log
+// had no room for them before their produce's deadline.
+func (p *Partition) AdmitTimeouts() int64 { return p.admitTimeouts.Load() }
 
 // Failed reports why the partition stopped serving, or nil.
 func (p *Partition) Failed() error {

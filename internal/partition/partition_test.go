@@ -33,6 +33,8 @@ type memLog struct {
 	segmentsGate    chan struct{}
 	segmentsBusy    int
 	segmentsMaxBusy int
+	// room, when set, bounds appends unanswered (a full log); nil: no bound.
+	room chan struct{}
 }
 
 type memSeg struct {
@@ -51,13 +53,58 @@ func (l *memLog) roll() {
 	l.nextID += 3
 }
 
-func (l *memLog) Append(payload []byte) <-chan AppendAck {
+func (l *memLog) Admit(ctx context.Context) (Permit, error) {
+	if l.room == nil {
+		return &memPermit{l: l}, nil
+	}
+	select {
+	case l.room <- struct{}{}:
+		return &memPermit{l: l, bounded: true}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.done:
+		return nil, ErrLogClosed
+	}
+}
+
+// memPermit is room for one append of a memLog.
+type memPermit struct {
+	l       *memLog
+	bounded bool
+	used    bool
+}
+
+func (p *memPermit) spend() {
+	if p.used {
+		panic("permit used twice")
+	}
+	p.used = true
+}
+
+func (p *memPermit) Release() {
+	p.spend()
+	if p.bounded {
+		<-p.l.room
+	}
+}
+
+func (p *memPermit) Append(payload []byte) <-chan AppendAck {
+	p.spend()
+	l := p.l
+	out := make(chan AppendAck, 1)
 	ch := make(chan AppendAck, 1)
+	go func() {
+		a := <-ch
+		if p.bounded {
+			<-l.room
+		}
+		out <- a
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failing {
 		ch <- AppendAck{Err: errors.New("fenced")}
-		return ch
+		return out
 	}
 	s := &l.segs[len(l.segs)-1]
 	s.entries = append(s.entries, payload)
@@ -68,7 +115,7 @@ func (l *memLog) Append(payload []byte) <-chan AppendAck {
 	} else {
 		ack()
 	}
-	return ch
+	return out
 }
 
 func (l *memLog) release() {
@@ -180,7 +227,7 @@ func openTest(t *testing.T, l Log, store meta.Store, mod func(*Config)) *Partiti
 
 func appendOK(t *testing.T, p *Partition, raw []byte) int64 {
 	t.Helper()
-	r := <-p.Append(raw)
+	r := <-p.Append(context.Background(), raw)
 	if r.Err != nil {
 		t.Fatalf("append: %v", r.Err)
 	}
@@ -260,7 +307,7 @@ func TestHighWatermarkWaitsForTheLog(t *testing.T) {
 	l.mu.Lock()
 	l.hold = true
 	l.mu.Unlock()
-	ch := p.Append(mkBatch(-1, -1, -1, 3, 1))
+	ch := p.Append(context.Background(), mkBatch(-1, -1, -1, 3, 1))
 	w := p.Wait(0)
 	select {
 	case <-w:
@@ -318,7 +365,7 @@ func TestIdempotentProducerSequences(t *testing.T) {
 			appendOK(t, p, mkBatch(pid, 1, 0, 1, 1))
 			c.batch = mkBatch(pid, 0, 5, 1, 1)
 		}
-		if r := <-p.Append(c.batch); !errors.Is(r.Err, c.want) {
+		if r := <-p.Append(context.Background(), c.batch); !errors.Is(r.Err, c.want) {
 			t.Fatalf("%s: %v, want %v", c.name, r.Err, c.want)
 		}
 	}
@@ -330,8 +377,8 @@ func TestDuplicateOfAnInFlightBatchWaitsForIt(t *testing.T) {
 	l.mu.Lock()
 	l.hold = true
 	l.mu.Unlock()
-	first := p.Append(mkBatch(3, 0, 0, 4, 1))
-	retry := p.Append(mkBatch(3, 0, 0, 4, 1))
+	first := p.Append(context.Background(), mkBatch(3, 0, 0, 4, 1))
+	retry := p.Append(context.Background(), mkBatch(3, 0, 0, 4, 1))
 	select {
 	case r := <-retry:
 		t.Fatalf("the retry was answered before the original was durable: %+v", r)
@@ -462,7 +509,7 @@ func TestFencedLogStopsThePartition(t *testing.T) {
 	l.mu.Lock()
 	l.failing = true
 	l.mu.Unlock()
-	if r := <-p.Append(mkBatch(-1, -1, -1, 1, 1)); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
+	if r := <-p.Append(context.Background(), mkBatch(-1, -1, -1, 1, 1)); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
 		t.Fatalf("append to a fenced log: %v", r.Err)
 	}
 	select {
@@ -474,7 +521,7 @@ func TestFencedLogStopsThePartition(t *testing.T) {
 		t.Fatalf("read from a failed partition: %v", err)
 	}
 	<-p.Wait(100) // never blocks once failed
-	if r := <-p.Append(mkBatch(-1, -1, -1, 1, 1)); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
+	if r := <-p.Append(context.Background(), mkBatch(-1, -1, -1, 1, 1)); !errors.Is(r.Err, kerr.NotLeaderForPartition) {
 		t.Fatalf("append after failing: %v", r.Err)
 	}
 }
@@ -496,7 +543,7 @@ func TestBadBatchesAreRejected(t *testing.T) {
 		{"short", short, kerr.CorruptMessage},
 		{"transactional", txn, kerr.InvalidRecord},
 	} {
-		if r := <-p.Append(c.raw); !errors.Is(r.Err, c.want) {
+		if r := <-p.Append(context.Background(), c.raw); !errors.Is(r.Err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, r.Err, c.want)
 		}
 	}
@@ -509,7 +556,7 @@ var _ kafka.Partition = (*Partition)(nil)
 
 func TestBatchLargerThanAnEntryIsRefused(t *testing.T) {
 	p := openTest(t, newMemLog(), nil, func(c *Config) { c.MaxBatchBytes = 200 })
-	if r := <-p.Append(mkBatch(-1, -1, -1, 40, 1)); !errors.Is(r.Err, kerr.MessageTooLarge) {
+	if r := <-p.Append(context.Background(), mkBatch(-1, -1, -1, 40, 1)); !errors.Is(r.Err, kerr.MessageTooLarge) {
 		t.Fatalf("a %d-byte batch with a 200-byte limit: %v", len(mkBatch(-1, -1, -1, 40, 1)), r.Err)
 	}
 	appendOK(t, p, mkBatch(-1, -1, -1, 1, 1))
@@ -584,5 +631,76 @@ func TestOutOfRangeReadsShareOneRefresh(t *testing.T) {
 	defer l.mu.Unlock()
 	if l.segmentsMaxBusy != 1 {
 		t.Fatalf("%d Segments calls at once, want 1", l.segmentsMaxBusy)
+	}
+}
+
+// TestFullLogIsBackpressure: with room for two unanswered appends, a third
+// waits; when its produce's deadline passes it is answered
+// REQUEST_TIMED_OUT without taking an offset, and the partition keeps
+// serving. Once the log answers, appends go on at the next offset.
+func TestFullLogIsBackpressure(t *testing.T) {
+	l := newMemLog()
+	l.room = make(chan struct{}, 2)
+	p := openTest(t, l, nil, nil)
+	l.mu.Lock()
+	l.hold = true
+	l.mu.Unlock()
+	first := p.Append(context.Background(), mkBatch(-1, -1, -1, 2, 1))
+	second := p.Append(context.Background(), mkBatch(-1, -1, -1, 2, 1))
+	// The log stays full, so the third waits for room until its deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if r := <-p.Append(ctx, mkBatch(-1, -1, -1, 2, 1)); !errors.Is(r.Err, kerr.RequestTimedOut) {
+		t.Fatalf("append into a full log: %+v, want REQUEST_TIMED_OUT", r)
+	}
+	if p.Failed() != nil || p.AdmitTimeouts() != 1 {
+		t.Fatalf("after a full log: failed %v, admit timeouts %d", p.Failed(), p.AdmitTimeouts())
+	}
+	l.release()
+	for i, ch := range []<-chan kafka.AppendResult{first, second} {
+		if r := <-ch; r.Err != nil || r.BaseOffset != int64(2*i) {
+			t.Fatalf("append %d: %+v", i, r)
+		}
+	}
+	if r := <-p.Append(context.Background(), mkBatch(-1, -1, -1, 2, 1)); r.Err != nil || r.BaseOffset != 4 {
+		t.Fatalf("append after the log drained: %+v, want offset 4 (the timed-out one took none)", r)
+	}
+}
+
+// TestConcurrentAppendsThroughASmallLog: 2,000 appends from 40 goroutines
+// through a log with room for 16: every one is answered, offsets are
+// dense and unique, and the partition never fails.
+func TestConcurrentAppendsThroughASmallLog(t *testing.T) {
+	l := newMemLog()
+	l.room = make(chan struct{}, 16)
+	p := openTest(t, l, nil, nil)
+	const goroutines, each = 40, 50
+	offsets := make(chan int64, goroutines*each)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				r := <-p.Append(context.Background(), mkBatch(-1, -1, -1, 1, 1))
+				if r.Err != nil {
+					t.Errorf("append: %v", r.Err)
+					return
+				}
+				offsets <- r.BaseOffset
+			}
+		}()
+	}
+	wg.Wait()
+	close(offsets)
+	seen := make([]bool, goroutines*each)
+	for o := range offsets {
+		if o < 0 || o >= int64(len(seen)) || seen[o] {
+			t.Fatalf("offset %d out of range or given twice", o)
+		}
+		seen[o] = true
+	}
+	if p.Failed() != nil || p.HighWatermark() != goroutines*each {
+		t.Fatalf("failed %v, high watermark %d", p.Failed(), p.HighWatermark())
 	}
 }

@@ -417,7 +417,7 @@ func (p *Partition) stop() {
 	}
 }
 
-func (p *Partition) Append(batch []byte) <-chan kafka.AppendResult {
+func (p *Partition) Append(_ context.Context, batch []byte) <-chan kafka.AppendResult {
 	result := make(chan kafka.AppendResult, 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
