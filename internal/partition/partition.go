@@ -514,7 +514,7 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 	if !found {
 		var err error
 		if pos, err = p.locateLog(ctx, offset); err != nil {
-			return res, err
+			return res, p.readErr(ctx, pos, err)
 		}
 	}
 	n := int(min(max(int64(maxBytes)/avg+1, 1), 1024))
@@ -524,7 +524,10 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 	for total < maxBytes || total == 0 {
 		es, err := p.cfg.Log.Read(ctx, pos, n)
 		if err != nil {
-			return res, fmt.Errorf("read %s at %s: %w", p.cfg.Name, pos, err)
+			if total > 0 {
+				break // answer with what was read; the client asks again
+			}
+			return res, p.readErr(ctx, pos, err)
 		}
 		if len(es) == 0 {
 			break
@@ -799,6 +802,19 @@ func (p *Partition) refreshStartInBackground() {
 
 // refreshStartTimeout bounds a background RefreshStart.
 const refreshStartTimeout = 10 * time.Second
+
+// readErr maps a failed read of the log: Kafka errors and the caller's own
+// cancellation stay as they are; anything else (the storage did not answer:
+// every replica slow or down) is logged and answered KAFKA_STORAGE_ERROR,
+// which clients retry, instead of UNKNOWN_SERVER_ERROR, which they give up on.
+func (p *Partition) readErr(ctx context.Context, pos Pos, err error) error {
+	var ke *kerr.Error
+	if errors.As(err, &ke) || ctx.Err() != nil {
+		return err
+	}
+	p.log.Warn("read from the log failed; answering KAFKA_STORAGE_ERROR", "pos", pos, "err", err)
+	return kerr.KafkaStorageError
+}
 
 // AdmitTimeouts counts appends answered REQUEST_TIMED_OUT because the log
 // had no room for them before their produce's deadline.

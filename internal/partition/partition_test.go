@@ -35,6 +35,8 @@ type memLog struct {
 	segmentsMaxBusy int
 	// room, when set, bounds appends unanswered (a full log); nil: no bound.
 	room chan struct{}
+	// readErr, when set, fails every Read (the storage does not answer).
+	readErr error
 }
 
 type memSeg struct {
@@ -132,6 +134,9 @@ func (l *memLog) Read(_ context.Context, from Pos, max int) ([]Entry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reads++
+	if l.readErr != nil {
+		return nil, l.readErr
+	}
 	var out []Entry
 	for _, s := range l.segs {
 		for e, p := range s.entries {
@@ -702,5 +707,31 @@ func TestConcurrentAppendsThroughASmallLog(t *testing.T) {
 	}
 	if p.Failed() != nil || p.HighWatermark() != goroutines*each {
 		t.Fatalf("failed %v, high watermark %d", p.Failed(), p.HighWatermark())
+	}
+}
+
+// TestStorageReadFailureIsRetriable: when the log cannot be read (every
+// replica slow or down) a fetch gets KAFKA_STORAGE_ERROR, which clients
+// retry, and the partition keeps serving.
+func TestStorageReadFailureIsRetriable(t *testing.T) {
+	l := newMemLog()
+	p := openTest(t, l, nil, func(c *Config) { c.MaxIndexed = 1 })
+	for range 3 {
+		appendOK(t, p, mkBatch(-1, -1, -1, 1, 1))
+	}
+	l.mu.Lock()
+	l.readErr = errors.New("ledger 10 entry 0: no replica answered")
+	l.mu.Unlock()
+	if _, err := p.Read(context.Background(), 0, 1<<20); !errors.Is(err, kerr.KafkaStorageError) {
+		t.Fatalf("read from a log that does not answer: %v, want KAFKA_STORAGE_ERROR", err)
+	}
+	l.mu.Lock()
+	l.readErr = nil
+	l.mu.Unlock()
+	if p.Failed() != nil {
+		t.Fatalf("partition failed: %v", p.Failed())
+	}
+	if got := readAll(t, p, 0, 1<<20); len(got) != 3 {
+		t.Fatalf("read after the storage came back: %v", got)
 	}
 }
