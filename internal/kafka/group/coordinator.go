@@ -413,8 +413,11 @@ func (c *Coordinator) drop(name string) {
 		return
 	}
 	e.mu.Lock()
-	if !e.removed && e.g.State() != Dead {
-		c.log.Info("no longer coordinating group", "group", name)
+	if !e.removed {
+		if e.g.State() != Dead {
+			c.log.Info("no longer coordinating group", "group", name)
+		}
+		// Also when Dead: a delete in flight must not bring it back.
 		e.g.Unload()
 	}
 	c.release(e)
@@ -519,15 +522,19 @@ func (c *Coordinator) wait(ctx context.Context, e *entry, id WaiterID, ch chan D
 	}
 }
 
-// write makes w durable and applies it. e.io and e.mu must be held; e.mu is
-// released during the store operation and held again on return.
+// write makes w durable and applies it, or aborts it. e.io and e.mu must be
+// held; e.mu is released during the store operation and held again on
+// return. Other calls may change the group meanwhile: the group must only
+// accept what w cannot conflict with (DeleteGroup makes it Dead first).
 func (c *Coordinator) write(ctx context.Context, e *entry, w *OffsetWrite) *kerr.Error {
 	value, err := e.g.EncodeWith(w)
 	if err != nil {
 		c.log.Error("cannot encode group offsets", "group", e.name, "err", err)
+		e.g.AbortWrite(w)
 		return kerr.UnknownServerError
 	}
 	if len(value) > c.cfg.MaxOffsetsBytes {
+		e.g.AbortWrite(w)
 		return kerr.OffsetMetadataTooLarge
 	}
 	version := e.version
@@ -556,9 +563,11 @@ func (c *Coordinator) write(ctx context.Context, e *entry, w *OffsetWrite) *kerr
 		return nil
 	case stale:
 		c.log.Warn("group offsets written by another coordinator", "group", e.name, "err", err)
+		e.g.AbortWrite(w)
 		return kerr.NotCoordinator
 	default:
 		c.log.Warn("cannot write group offsets", "group", e.name, "err", err)
+		e.g.AbortWrite(w)
 		return kerr.CoordinatorNotAvailable
 	}
 }
@@ -827,9 +836,11 @@ func (c *Coordinator) ListGroups(ctx context.Context, req *kmsg.ListGroupsReques
 			continue
 		}
 		e.mu.Lock()
-		if !e.removed && e.loaded && e.g.Exists() {
+		if !e.removed && e.loaded {
+			// A loaded group is what the store holds, or newer: one
+			// whose delete is being stored is not listed from the store.
 			seen[e.name] = true
-			if l := e.g.Listing(); keep(l) {
+			if l := e.g.Listing(); e.g.Exists() && keep(l) {
 				resp.Groups = append(resp.Groups, l)
 			}
 		}
@@ -900,7 +911,9 @@ func matchesFilter(filter []string, value string) bool {
 }
 
 // DeleteGroups implements kafka.GroupCoordinator: only empty groups, with
-// their stored offsets.
+// their stored offsets. A group is Dead while its delete is stored (joins
+// meanwhile get COORDINATOR_NOT_AVAILABLE and retry), Empty again if the
+// store fails it.
 func (c *Coordinator) DeleteGroups(ctx context.Context, req *kmsg.DeleteGroupsRequest) *kmsg.DeleteGroupsResponse {
 	resp := kmsg.NewPtrDeleteGroupsResponse()
 	resp.Version = req.Version

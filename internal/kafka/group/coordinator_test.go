@@ -34,10 +34,17 @@ func newEnv(t *testing.T) *env {
 // coordinator starts a Coordinator on its own store client (one broker).
 func (e *env) coordinator() *Coordinator {
 	e.t.Helper()
+	return e.coordinatorOn(func(s meta.Store) meta.Store { return s })
+}
+
+// coordinatorOn starts a Coordinator on its own store client seen through
+// wrap (a test's hook into the store operations).
+func (e *env) coordinatorOn(wrap func(meta.Store) meta.Store) *Coordinator {
+	e.t.Helper()
 	var ids atomic.Int64
 	client := e.server.NewClient()
 	c, err := New(Config{
-		Store:                 client,
+		Store:                 wrap(client),
 		Clock:                 e.clock,
 		Owns:                  func(group string) bool { return group != "not-mine" && e.owns.Load() },
 		InitialRebalanceDelay: 100 * time.Millisecond,
@@ -447,6 +454,125 @@ func TestListDescribeDeleteGroups(t *testing.T) {
 	if got := fetchAll(t, c, "live"); len(got) != 0 {
 		t.Fatalf("offsets after delete: %v", got)
 	}
+}
+
+// heldDelete holds the store Delete of one key until the test releases it:
+// the window in which DeleteGroups has let go of the group's lock.
+type heldDelete struct {
+	meta.Store
+	key     string
+	held    chan struct{} // closed when the Delete arrives
+	release chan struct{} // closed by the test to let it through
+}
+
+func (s *heldDelete) Delete(ctx context.Context, key string, expected meta.Version) error {
+	if key == s.key {
+		close(s.held)
+		<-s.release
+	}
+	return s.Store.Delete(ctx, key, expected)
+}
+
+// TestJoinDuringDeleteGroups: a JoinGroup that arrives while DeleteGroups
+// writes the delete to the store once left the group Dead with a member and
+// the join never answered. The group is Dead from the moment its delete is
+// decided (as in Kafka), so the join is refused at once, retriably; the
+// stored record and the group agree afterwards, and the member gets back in.
+func TestJoinDuringDeleteGroups(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	hold := &heldDelete{key: DefaultKeyPrefix + "g", held: make(chan struct{}), release: make(chan struct{})}
+	c := e.coordinatorOn(func(s meta.Store) meta.Store { hold.Store = s; return hold })
+	wantCode(t, "commit", commitCode(t, c.OffsetCommit(ctx, commitReq("g", "", -1, map[int32]int64{0: 1}))), nil)
+	a := &testMember{t: t, c: c, group: "g"}
+	a.getID(ctx) // a pending member id leaves the group Empty: deletable
+
+	deleted := make(chan *kmsg.DeleteGroupsResponse, 1)
+	go func() {
+		req := kmsg.NewPtrDeleteGroupsRequest()
+		req.Version, req.Groups = 2, []string{"g"}
+		deleted <- c.DeleteGroups(ctx, req)
+	}()
+	receive(t, "the delete at the store", hold.held)
+	joinA := a.join(ctx)
+	var ra *kmsg.JoinGroupResponse
+	select {
+	case ra = <-joinA:
+	case <-c.blockedEvents(): // the join is in the group, waiting
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's join neither answered nor blocked")
+	}
+	// Meanwhile the group shows as gone, also where the store still has it.
+	if d := describe(t, c, "g"); d.State != "Dead" {
+		t.Fatalf("during delete: %+v", d)
+	}
+	lreq := kmsg.NewPtrListGroupsRequest()
+	lreq.Version = 5
+	if l := c.ListGroups(ctx, lreq); len(l.Groups) != 0 {
+		t.Fatalf("listed during delete: %+v", l.Groups)
+	}
+	close(hold.release)
+	wantCode(t, "delete", receive(t, "delete", deleted).Groups[0].ErrorCode, nil)
+	e.clock.Advance(100 * time.Millisecond) // the initial delay, were a in a rebalance
+	if ra == nil {
+		ra = receive(t, "a's join", joinA)
+	}
+	wantCode(t, "a's join during the delete", ra.ErrorCode, kerr.CoordinatorNotAvailable)
+
+	if _, err := e.server.NewClient().Get(ctx, DefaultKeyPrefix+"g"); err == nil {
+		t.Fatal("deleted group's key still stored")
+	}
+	if d := describe(t, c, "g"); d.State != "Dead" || len(d.Members) != 0 {
+		t.Fatalf("after delete: %+v", d)
+	}
+	if got := fetchAll(t, c, "g"); len(got) != 0 {
+		t.Fatalf("offsets after delete: %v", got)
+	}
+	if n := c.waiting("g"); n != 0 {
+		t.Fatalf("%d waiters left", n)
+	}
+	// a retries as a client does: its id went with the group; a fresh one
+	// joins a fresh group.
+	wantCode(t, "a's old id", receive(t, "a's rejoin", a.join(ctx)).ErrorCode, kerr.UnknownMemberID)
+	a.id = ""
+	a.getID(ctx)
+	joinA = a.join(ctx)
+	waitBlocked(t, c, "g", 1)
+	e.clock.Advance(100 * time.Millisecond)
+	if ra := receive(t, "a's new join", joinA); ra.ErrorCode != 0 || ra.Generation != 1 || ra.LeaderID != a.id {
+		t.Fatalf("a's new join: %+v", ra)
+	}
+}
+
+// TestDeleteGroupStoreFailure: a delete the store refuses leaves the group
+// Empty with its offsets, open to joins again.
+func TestDeleteGroupStoreFailure(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.coordinator()
+	wantCode(t, "commit", commitCode(t, c.OffsetCommit(ctx, commitReq("g", "", -1, map[int32]int64{0: 1}))), nil)
+	e.server.SetFault(func(op meta.Op, key string) error {
+		if op == meta.OpDelete {
+			return meta.ErrUnavailable
+		}
+		return nil
+	})
+	req := kmsg.NewPtrDeleteGroupsRequest()
+	req.Version, req.Groups = 2, []string{"g"}
+	wantCode(t, "delete while down", c.DeleteGroups(ctx, req).Groups[0].ErrorCode, kerr.CoordinatorNotAvailable)
+	e.server.SetFault(nil)
+	if d := describe(t, c, "g"); d.State != "Empty" {
+		t.Fatalf("after failed delete: %+v", d)
+	}
+	if got := fetchAll(t, c, "g"); got[0] != 1 {
+		t.Fatalf("offsets after failed delete: %v", got)
+	}
+	a := &testMember{t: t, c: c, group: "g"}
+	a.getID(ctx)
+	joinA := a.join(ctx)
+	waitBlocked(t, c, "g", 1)
+	e.clock.Advance(100 * time.Millisecond)
+	wantCode(t, "a's join", receive(t, "a's join", joinA).ErrorCode, nil)
 }
 
 func TestManyMembersConcurrently(t *testing.T) {

@@ -170,7 +170,12 @@ type Group struct {
 	// DeleteGroups. A non-existing group answers like Kafka's "no such group".
 	exists bool
 
-	state        State
+	state State
+	// deleting: DeleteGroup made the group Dead and its delete is not yet
+	// applied (ApplyWrite) or undone (AbortWrite).
+	// Invariant: only while Dead with no members.
+	deleting bool
+
 	generation   int32
 	protocolType string // set by the first member; kept when the group empties
 	protocol     string // selected at the last completed join; "" when Empty
@@ -286,9 +291,13 @@ func (g *Group) note(format string, args ...any) {
 	g.events = append(g.events, fmt.Sprintf(format, args...))
 }
 
-// NextDeadline is the earliest time Tick has something to do.
+// NextDeadline is the earliest time Tick has something to do (never for a
+// Dead group, which Tick leaves alone).
 func (g *Group) NextDeadline() (time.Time, bool) {
 	var next time.Time
+	if g.state == Dead {
+		return next, false
+	}
 	consider := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
 			next = t
@@ -379,6 +388,7 @@ func (g *Group) Unload() {
 		g.answerWaiters(m, kerr.NotCoordinator)
 	}
 	g.state = Dead
+	g.deleting = false // a delete that fails now must not revive it
 }
 
 // rebalanceTimeout is the longest rebalance timeout of the members.
@@ -433,8 +443,9 @@ func errCode(err *kerr.Error) int16 {
 
 // checkInvariants panics, naming the invariant and its values, if the
 // group's state breaks what must hold after every input. It runs at the end
-// of Join, Sync, Heartbeat, Leave, Tick and Unload under -tags invariants,
-// and after every step of the randomized test; O(members + pending).
+// of Join, Sync, Heartbeat, Leave, Tick, Unload, DeleteGroup, ApplyWrite and
+// AbortWrite under -tags invariants, and after every step of the randomized
+// test; O(members + pending).
 func (g *Group) checkInvariants() {
 	if g.generation < g.checkedGeneration {
 		g.violated("the generation never decreases: %d after %d", g.generation, g.checkedGeneration)
@@ -520,6 +531,9 @@ func (g *Group) checkInvariants() {
 	}
 	if len(g.members) > 0 && !g.exists {
 		g.violated("a group with members exists: %d members", len(g.members))
+	}
+	if g.deleting && (g.state != Dead || len(g.members) > 0) {
+		g.violated("a group being deleted is Dead with no members: %d members", len(g.members))
 	}
 }
 

@@ -538,6 +538,57 @@ func TestOffsetDeleteAndDeleteGroup(t *testing.T) {
 	}
 }
 
+// TestDeleteGroupInFlight: between DeleteGroup and the write's outcome the
+// group is Dead, so a join cannot slip in before the delete applies; a
+// failed delete brings the group back, unless it was unloaded meanwhile.
+func TestDeleteGroupInFlight(t *testing.T) {
+	emptyWithOffsets := func(t *testing.T) *harness {
+		h := newHarness(t, 0)
+		wantCode(t, "commit", h.commit("", -1, 7).Topics[0].Partitions[0].ErrorCode, nil)
+		h.wantState(Empty, 0)
+		return h
+	}
+	t.Run("applied", func(t *testing.T) {
+		h := emptyWithOffsets(t)
+		w, err := h.g.DeleteGroup()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, resp := h.join(joinReq("", nil), "c")
+		wantCode(t, "join during delete", resp.ErrorCode, kerr.CoordinatorNotAvailable)
+		h.g.ApplyWrite(w)
+		if h.g.Exists() || len(h.g.MemberIDs()) != 0 {
+			t.Fatalf("after delete: exists %v, members %v", h.g.Exists(), h.g.MemberIDs())
+		}
+		if _, ok := h.g.Committed(TopicPartition{"t1", 0}); ok {
+			t.Fatal("offset kept after delete")
+		}
+	})
+	t.Run("aborted", func(t *testing.T) {
+		h := emptyWithOffsets(t)
+		w, _ := h.g.DeleteGroup()
+		h.g.AbortWrite(w)
+		h.wantState(Empty, 0)
+		if o, ok := h.g.Committed(TopicPartition{"t1", 0}); !ok || o.Offset != 7 {
+			t.Fatalf("offset after failed delete: %+v %v", o, ok)
+		}
+		id, w2 := h.newMember("c")
+		h.advance(rebalance)
+		if r := h.joined(w2); r.ErrorCode != 0 || r.LeaderID != id {
+			t.Fatalf("join after failed delete: %+v", r)
+		}
+	})
+	t.Run("unloaded", func(t *testing.T) {
+		h := emptyWithOffsets(t)
+		w, _ := h.g.DeleteGroup()
+		h.g.Unload()
+		h.g.AbortWrite(w)
+		if h.g.State() != Dead {
+			t.Fatalf("unloaded group revived: %s", h.g.State())
+		}
+	})
+}
+
 func TestPendingMemberExpires(t *testing.T) {
 	h := newHarness(t, 0)
 	a, _ := h.newMember("c")

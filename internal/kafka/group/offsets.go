@@ -2,7 +2,8 @@ package group
 
 // OffsetCommit v0–v9, OffsetFetch v0–v9, OffsetDelete v0, DeleteGroups v0–v2
 // on the state machine. Committed offsets change only through an OffsetWrite
-// that the shell makes durable first (ApplyWrite after the store write).
+// that the shell makes durable first (ApplyWrite after the store write,
+// AbortWrite when the store write fails).
 //
 // Deviations from Kafka:
 //   - Topic ids (OffsetCommit v10+, OffsetFetch v10+) are not resolved: the
@@ -23,6 +24,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"quire/internal/invariants"
 )
 
 // TopicPartition names one partition of one topic.
@@ -161,10 +164,16 @@ func FailCommit(resp *kmsg.OffsetCommitResponse, w *OffsetWrite, err *kerr.Error
 
 // ApplyWrite applies a write that is now durable.
 func (g *Group) ApplyWrite(w *OffsetWrite) {
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
 	if w.DeleteGroup {
+		// The group has been Dead since DeleteGroup (or Unload), so no
+		// member can have joined while the delete was being stored.
 		clear(g.offsets)
 		g.exists = false
 		g.state = Dead
+		g.deleting = false
 		return
 	}
 	for tp, o := range w.Set {
@@ -179,6 +188,20 @@ func (g *Group) ApplyWrite(w *OffsetWrite) {
 	if len(w.Delete) > 0 && g.state == Empty && len(g.offsets) == 0 && len(g.members) == 0 {
 		// Kafka removes an empty group whose last offsets were deleted.
 		g.exists = false
+	}
+}
+
+// AbortWrite undoes what preparing w did, when w could not be made durable:
+// a group whose delete failed is Empty again (unless it was unloaded
+// meanwhile). Other writes prepare nothing.
+func (g *Group) AbortWrite(w *OffsetWrite) {
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
+	if w.DeleteGroup && g.deleting {
+		g.state = Empty
+		g.deleting = false
+		g.note("delete failed: group is Empty again")
 	}
 }
 
@@ -362,14 +385,23 @@ func FailDelete(resp *kmsg.OffsetDeleteResponse, w *OffsetWrite, err *kerr.Error
 	}
 }
 
-// DeleteGroup handles one group of DeleteGroups: only empty groups go.
+// DeleteGroup handles one group of DeleteGroups: only empty groups go. As in
+// Kafka, the group is Dead from here on, before the delete is durable, so
+// that nothing joins it meanwhile (a join gets COORDINATOR_NOT_AVAILABLE and
+// retries): the write's ApplyWrite then removes an Empty group, and its
+// AbortWrite brings the group back.
 func (g *Group) DeleteGroup() (*OffsetWrite, *kerr.Error) {
+	if invariants.Enabled {
+		defer g.checkInvariants()
+	}
 	if !g.Exists() {
 		return nil, kerr.GroupIDNotFound
 	}
 	if g.state != Empty {
 		return nil, kerr.NonEmptyGroup
 	}
+	g.state = Dead
+	g.deleting = true
 	return &OffsetWrite{DeleteGroup: true}, nil
 }
 
