@@ -23,6 +23,7 @@ import (
 	"quire/internal/kafka"
 	"quire/internal/ledger/ledgerclient"
 	"quire/internal/meta"
+	"quire/internal/mlog/mlogclient"
 	"quire/internal/ownership"
 )
 
@@ -62,6 +63,12 @@ type Config struct {
 	// and per connection (queued.max.request.bytes); at a bound the front
 	// end stops reading. Zero: kafka.DefaultMaxQueuedRequestBytes and
 	// kafka.DefaultMaxConnRequestBytes.
+	// ReadAheadBytes bounds what each partition fetches ahead for a
+	// consumer behind the tail (default mlogclient.DefaultReadAheadBytes,
+	// negative: none); ReadAheadBudgetBytes bounds it over the broker
+	// (default 256 MiB).
+	ReadAheadBytes       int64
+	ReadAheadBudgetBytes int64
 	// MaxQueuedAppends bounds each partition's appends waiting for its
 	// ledger writer (which takes ledgerclient's MaxInFlight at a time);
 	// produces beyond it wait for room (default mlog.DefaultMaxQueuedAppends).
@@ -108,6 +115,9 @@ type Timeouts struct {
 	// 200ms: a scrape must not hang on a busy log).
 	Stats time.Duration
 }
+
+// DefaultReadAheadBudgetBytes is Config.ReadAheadBudgetBytes' default.
+const DefaultReadAheadBudgetBytes = 256 << 20
 
 // DefaultTimeouts returns the defaults of every Timeouts field.
 func DefaultTimeouts() Timeouts {
@@ -159,6 +169,8 @@ type Broker struct {
 	mu    sync.Mutex
 	parts map[string]*loaded // by partition name
 
+	readAhead *mlogclient.ReadAheadBudget
+
 	// loads counts partitions loaded here; failures those that stopped
 	// serving because their log failed or was fenced (not a release).
 	loads, failures atomic.Int64
@@ -192,6 +204,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg.MaintainInterval = 10 * time.Second
 	}
 	cfg.Timeouts = cfg.Timeouts.withDefaults()
+	if cfg.ReadAheadBudgetBytes <= 0 {
+		cfg.ReadAheadBudgetBytes = DefaultReadAheadBudgetBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -206,7 +221,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	bctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("component", "broker"), admin: catalog.New(cfg.Store),
-		ctx: bctx, cancel: cancel, parts: map[string]*loaded{}}
+		ctx: bctx, cancel: cancel, parts: map[string]*loaded{},
+		readAhead: mlogclient.NewReadAheadBudget(cfg.ReadAheadBudgetBytes)}
 	if err := b.admin.EnsureDefaults(ctx); err != nil {
 		cancel()
 		return nil, fmt.Errorf("server: %w", err)

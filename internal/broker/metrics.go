@@ -16,6 +16,8 @@ type collector struct {
 	cacheHits, cacheMisses                *prometheus.Desc
 	loads, failures                       *prometheus.Desc
 	inFlight, queuedTotal, busy           *prometheus.Desc
+	aheadHits, aheadFetched, aheadBytes   *prometheus.Desc
+	aheadBudget                           *prometheus.Desc
 }
 
 func newCollector(b *Broker) *collector {
@@ -34,19 +36,24 @@ func newCollector(b *Broker) *collector {
 		inFlight:     prometheus.NewDesc("quire_topic_appends_in_flight", "Appends sent to the current ledger and not yet acknowledged.", l, nil),
 		queuedTotal:  prometheus.NewDesc("quire_topic_appends_queued_total", "Appends that waited in the topic's queue (for a writable ledger, or for room in the ledger writer) before being sent.", l, nil),
 		busy:         prometheus.NewDesc("quire_topic_appends_busy_total", "Appends refused because the topic's queue was full (never written; admitted appends never are).", l, nil),
+		aheadHits:    prometheus.NewDesc("quire_topic_read_ahead_hits_total", "Entries served to a reader behind the tail from the read-ahead (fetched from the bookies before the reader asked).", l, nil),
+		aheadFetched: prometheus.NewDesc("quire_topic_read_ahead_fetched_total", "Entries fetched ahead for readers behind the tail.", l, nil),
+		aheadBytes:   prometheus.NewDesc("quire_topic_read_ahead_bytes", "Bytes the topic's read-ahead holds.", l, nil),
+		aheadBudget:  prometheus.NewDesc("quire_broker_read_ahead_bytes", "Bytes held by the read-ahead of every partition served here (bounded by the broker's read-ahead budget).", nil, nil),
 		loads:        prometheus.NewDesc("quire_broker_partition_loads_total", "Partitions loaded (taken over) by this broker.", nil, nil),
 		failures:     prometheus.NewDesc("quire_broker_partition_failures_total", "Partitions that stopped serving here because their log failed or was fenced by a new owner.", nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy} {
+	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadBytes, c.aheadBudget} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.owned, prometheus.GaugeValue, float64(len(c.b.cluster.OwnedBundles())))
+	ch <- prometheus.MustNewConstMetric(c.aheadBudget, prometheus.GaugeValue, float64(c.b.readAhead.InUse()))
 	ch <- prometheus.MustNewConstMetric(c.loads, prometheus.CounterValue, float64(c.b.loads.Load()))
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(c.b.failures.Load()))
 	c.b.mu.Lock()
@@ -84,5 +91,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.inFlight, float64(s.AppendsInFlight))
 		counter(c.queuedTotal, float64(s.AppendsQueuedTotal))
 		counter(c.busy, float64(s.BusyRejected))
+		counter(c.aheadHits, float64(s.ReadAheadHits))
+		counter(c.aheadFetched, float64(s.ReadAheadFetched))
+		gauge(c.aheadBytes, float64(s.ReadAheadBytes))
 	}
 }

@@ -330,9 +330,9 @@ type Stats struct {
 	// DeleteFailures counts failed ledger deletes (each is retried);
 	// DeletesAbandoned those not retried because maxDeleteRetries were
 	// already waiting.
-	DeleteFailures    int64
-	DeletesAbandoned  int64
-	DeletesPending    int
+	DeleteFailures   int64
+	DeletesAbandoned int64
+	DeletesPending   int
 
 	// AppendsInFlight: sent to the current ledger, not yet answered (at
 	// most MaxWriterInFlight). QueuedAppends: waiting to be sent.
@@ -352,6 +352,13 @@ type Stats struct {
 	// CacheHits and CacheMisses are counted by the shell's entry cache.
 	CacheHits   int64
 	CacheMisses int64
+	// ReadAhead*: the shell's read-ahead for readers behind the tail:
+	// entries served from it, entries fetched into it, fetches skipped (a
+	// bound reached), and bytes it holds.
+	ReadAheadHits    int64
+	ReadAheadFetched int64
+	ReadAheadSkipped int64
+	ReadAheadBytes   int64
 
 	Cursors []CursorStats
 }

@@ -116,29 +116,34 @@ func (p *Permit) spend() {
 
 // Read returns up to maxEntries entries from the first one at or after
 // from, across ledgers, within what producers have been acknowledged.
-// Recent entries come from the cache; the rest from the bookies.
+// Recent entries come from the cache, entries fetched ahead for a reader
+// behind the tail from the read-ahead buffer (readahead.go), the rest from
+// the bookies — and such a read starts the read-ahead for what follows.
 func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries int) ([]Entry, error) {
-	type miss struct {
-		span  mlog.ReadSpan
-		index int // where its entries go in out
-	}
 	var out []Entry
-	var misses []miss
+	var misses []readMiss
+	var aheadHits int
 	err := t.call(ctx, func() {
 		for _, span := range t.core.Locate(from, maxEntries) {
 			for e := span.First; e <= span.Last; e++ {
 				p := mlog.Position{LedgerID: span.Ledger, EntryID: e}
 				payload, ok := t.cache.get(p)
-				if !ok {
-					// Everything from here to the span's end is read from the
-					// bookies in one request.
-					misses = append(misses, miss{mlog.ReadSpan{Ledger: span.Ledger, First: e, Last: span.Last}, len(out)})
-					for ; e <= span.Last; e++ {
-						out = append(out, Entry{Pos: mlog.Position{LedgerID: span.Ledger, EntryID: e}})
+				if !ok && t.readAhead != nil {
+					if payload, ok = t.readAhead.take(p); ok {
+						aheadHits++
 					}
-					break
 				}
-				out = append(out, Entry{Pos: p, Payload: payload})
+				if ok {
+					out = append(out, Entry{Pos: p, Payload: payload})
+					continue
+				}
+				// A run of misses is read from the bookies in one request.
+				if n := len(misses); n > 0 && misses[n-1].span.Ledger == span.Ledger && misses[n-1].span.Last == e-1 {
+					misses[n-1].span.Last = e
+				} else {
+					misses = append(misses, readMiss{mlog.ReadSpan{Ledger: span.Ledger, First: e, Last: e}, len(out)})
+				}
+				out = append(out, Entry{Pos: p})
 			}
 		}
 	})
@@ -146,12 +151,20 @@ func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries
 		return nil, err
 	}
 	var missed int64
-	for _, m := range misses {
-		md, _, err := t.cfg.Ledgers.ReadMetadata(ctx, m.span.Ledger)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", from, err)
+	if t.readAhead != nil && len(misses) > 0 {
+		// The reader has overtaken its read-ahead: wait for the fetch that
+		// is reading its first miss, and take what it brought.
+		if done, ok := t.readAhead.inFlight(out[misses[0].index].Pos); ok {
+			select {
+			case <-done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			misses = t.takeFetched(out, nil, misses, &aheadHits)
 		}
-		payloads, err := t.cfg.Ledgers.Read(ctx, md, m.span.First, m.span.Last)
+	}
+	for _, m := range misses {
+		payloads, err := t.readSpan(ctx, m.span)
 		if err != nil {
 			return nil, fmt.Errorf("read ledger %d entries %d..%d: %w", m.span.Ledger, m.span.First, m.span.Last, err)
 		}
@@ -160,8 +173,13 @@ func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries
 		}
 		missed += int64(len(payloads))
 	}
+	if t.readAhead != nil && len(out) > 0 {
+		if plan, ok := t.readAhead.observe(out[0].Pos, out[len(out)-1].Pos, missed > 0 || aheadHits > 0, t.reads.Add(1)); ok {
+			t.prefetch(plan)
+		}
+	}
 	t.statsMu.Lock()
-	t.hits += int64(len(out)) - missed
+	t.hits += int64(len(out)) - missed - int64(aheadHits)
 	t.misses += missed
 	t.statsMu.Unlock()
 	return out, nil
@@ -174,6 +192,12 @@ func (t *ManagedLedger) Stats(ctx context.Context) (mlog.Stats, error) {
 	t.statsMu.Lock()
 	s.CacheHits, s.CacheMisses = t.hits, t.misses
 	t.statsMu.Unlock()
+	if r := t.readAhead; r != nil {
+		s.ReadAheadHits, s.ReadAheadFetched, s.ReadAheadSkipped = r.hits.Load(), r.fetched.Load(), r.skipped.Load()
+		r.mu.Lock()
+		s.ReadAheadBytes = r.bytes
+		r.mu.Unlock()
+	}
 	return s, err
 }
 

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"quire/internal/ledger"
@@ -49,6 +50,12 @@ type Config struct {
 	// (default 10,000 entries and 32 MiB, whichever is reached first).
 	CacheEntries int
 	CacheBytes   int64
+	// ReadAheadBytes bounds the entries fetched ahead for readers behind
+	// the tail (default DefaultReadAheadBytes; negative: no read-ahead);
+	// ReadAheadBudget bounds them over every managed ledger sharing it
+	// (nil: this one's own ReadAheadBytes). See readahead.go.
+	ReadAheadBytes  int64
+	ReadAheadBudget *ReadAheadBudget
 	// OpTimeout bounds each ledger or metadata operation (default 30s).
 	OpTimeout time.Duration
 	Logger    *slog.Logger
@@ -88,6 +95,15 @@ type ManagedLedger struct {
 	statsMu sync.Mutex
 	hits    int64
 	misses  int64
+
+	readAhead *readAhead // nil: disabled
+	metadata  *metadataCache
+	reads     atomic.Uint64 // reads so far: the read-ahead's clock
+	// prefetches counts read-ahead fetches running; stop waits for them,
+	// and starts no more once prefetchStopped (under prefetchMu).
+	prefetches      sync.WaitGroup
+	prefetchMu      sync.Mutex
+	prefetchStopped bool
 }
 
 // Open takes the topic over and returns once it accepts appends.
@@ -123,12 +139,27 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		ctx: opsCtx, cancel: cancel, permits: make(chan struct{}, cfg.Core.MaxQueuedAppends),
 		core: mlog.New(cfg.Core), writers: map[int64]*ledgerclient.Writer{},
 		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]func(mlog.AppendAck){},
-		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes),
+		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes), metadata: newMetadataCache(1024),
+	}
+	if cfg.ReadAheadBytes == 0 {
+		cfg.ReadAheadBytes = DefaultReadAheadBytes
+	}
+	if cfg.ReadAheadBytes > 0 {
+		budget := cfg.ReadAheadBudget
+		if budget == nil {
+			budget = NewReadAheadBudget(cfg.ReadAheadBytes)
+		}
+		t.readAhead = newReadAhead(cfg.ReadAheadBytes, budget)
 	}
 	t.loop = loop.New(loop.Config{QueueBound: cfg.InboxBound, Tick: cfg.Tick,
-		OnTick:  func(now time.Time) { t.core.Tick(now) },
-		Ready:   t.process,
-		Stopped: func() { t.failWaiters(mlog.ErrClosed) }})
+		OnTick: func(now time.Time) { t.core.Tick(now) },
+		Ready:  t.process,
+		Stopped: func() {
+			t.failWaiters(mlog.ErrClosed)
+			if t.readAhead != nil {
+				t.readAhead.drop()
+			}
+		}})
 	opened := make(chan error, 1)
 	t.opened = opened // the loop owns the field from here; Open keeps its own copy
 	t.core.Open(time.Now())
@@ -203,6 +234,10 @@ func (t *ManagedLedger) stop() {
 	t.cancel()
 	t.loop.Stop()
 	<-t.loop.Done()
+	t.prefetchMu.Lock()
+	t.prefetchStopped = true
+	t.prefetchMu.Unlock()
+	t.prefetches.Wait() // their reads end with t.ctx; then they give back their budget
 }
 
 // process carries out the core's Ready until it is empty (the loop's Ready

@@ -131,8 +131,10 @@ func TestAppendAcrossRolloversAndRead(t *testing.T) {
 		}
 	}
 	st, _ := tp.Stats(ctx)
-	if st.CacheMisses < 40 || st.CacheHits < 45 {
-		t.Fatalf("cache hits %d misses %d", st.CacheHits, st.CacheMisses)
+	// The cold read is served by the bookies and, once it shows a reader
+	// behind the tail, by the read-ahead.
+	if st.CacheMisses+st.ReadAheadHits < 40 || st.CacheHits < 45 {
+		t.Fatalf("cache hits %d misses %d, read-ahead hits %d", st.CacheHits, st.CacheMisses, st.ReadAheadHits)
 	}
 }
 

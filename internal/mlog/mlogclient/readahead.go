@@ -1,0 +1,426 @@
+package mlogclient
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
+
+	"quire/internal/ledger"
+	"quire/internal/mlog"
+)
+
+// Read-ahead: a reader behind the tail (a consumer replaying a backlog, a
+// new subscription from the earliest message) reads entries that are in
+// no cache, so each of its reads would wait for the bookies. Once a read
+// shows such a reader, the managed ledger fetches the entries after it in
+// the background into a read-ahead buffer, so the reader's next reads are
+// served from memory while the ones after them load.
+//
+// The buffer is apart from the tail cache: catch-up traffic never evicts
+// the recent entries that tailing readers are served from. It is bounded
+// per managed ledger (Config.ReadAheadBytes) and, over every managed ledger
+// of a process, by a ReadAheadBudget; at either bound the read-ahead waits
+// (it fetches less, or nothing) — readers then read from the bookies as
+// without it, never an error. An entry leaves the buffer when a read takes
+// it or when newer read-ahead needs the room.
+
+// ReadAheadBudget bounds the bytes held by the read-ahead buffers of every
+// managed ledger that shares it (one per broker).
+type ReadAheadBudget struct {
+	size int64
+	sem  *semaphore.Weighted
+	used atomic.Int64
+}
+
+// NewReadAheadBudget returns a budget of size bytes.
+func NewReadAheadBudget(size int64) *ReadAheadBudget {
+	return &ReadAheadBudget{size: size, sem: semaphore.NewWeighted(size)}
+}
+
+// InUse is the bytes held now.
+func (b *ReadAheadBudget) InUse() int64 { return b.used.Load() }
+
+// Size is the budget's bound.
+func (b *ReadAheadBudget) Size() int64 { return b.size }
+
+func (b *ReadAheadBudget) tryTake(n int64) bool {
+	if n <= 0 {
+		return true
+	}
+	if !b.sem.TryAcquire(n) {
+		return false
+	}
+	b.used.Add(n)
+	return true
+}
+
+func (b *ReadAheadBudget) give(n int64) {
+	if n <= 0 {
+		return
+	}
+	b.used.Add(-n)
+	b.sem.Release(n)
+}
+
+// Defaults of the read-ahead.
+const (
+	DefaultReadAheadBytes = 8 << 20
+	// readAheadStreams is how many sequential readers of one managed
+	// ledger are followed at once (consumer groups reading one partition).
+	readAheadStreams = 4
+	// readAheadMinEntries and readAheadMaxEntries bound one fetch.
+	readAheadMinEntries = 8
+	readAheadMaxEntries = 2048
+)
+
+// readAhead is one managed ledger's read-ahead buffer and the sequential
+// readers it follows. Safe for concurrent use.
+type readAhead struct {
+	max    int64 // bytes this managed ledger may hold
+	budget *ReadAheadBudget
+
+	mu      sync.Mutex
+	entries map[mlog.Position][]byte
+	order   []mlog.Position // oldest first from head; taken entries stay until popped
+	head    int
+	bytes   int64
+	streams []*readStream
+	// avgEntry is a running average of entry sizes, to turn the byte bound
+	// into a number of entries to fetch.
+	avgEntry int64
+	closed   bool // dropped: fetches that end later give their budget back
+
+	hits, fetched, skipped atomic.Int64
+}
+
+// readStream is a sequential reader: where its next read starts, and how
+// far the read-ahead has fetched (or is fetching) for it.
+type readStream struct {
+	next     mlog.Position // the reader's next position
+	fetchEnd mlog.Position // last position fetched or being fetched
+	busy     bool          // a fetch is in flight
+	lastUsed uint64
+	// While busy: the fetch reads count entries from fetchFrom, and done
+	// closes when it has put them in the buffer.
+	fetchFrom  mlog.Position
+	fetchCount int
+	done       chan struct{}
+}
+
+func newReadAhead(max int64, budget *ReadAheadBudget) *readAhead {
+	return &readAhead{max: max, budget: budget, entries: map[mlog.Position][]byte{}, avgEntry: 16 << 10}
+}
+
+// take removes and returns the entry at p, if the read-ahead holds it.
+func (r *readAhead) take(p mlog.Position) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.entries[p]
+	if ok {
+		delete(r.entries, p)
+		r.bytes -= int64(len(b))
+		r.budget.give(int64(len(b)))
+		r.hits.Add(1)
+	}
+	return b, ok
+}
+
+// put stores fetched entries, which the caller has already taken budget
+// for (reserved bytes); what does not fit the managed ledger's own bound
+// after evicting the oldest entries is dropped, and unused budget is
+// given back.
+func (r *readAhead) put(entries []Entry, reserved int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		r.budget.give(reserved)
+		return
+	}
+	for _, e := range entries {
+		n := int64(len(e.Payload))
+		r.avgEntry = (r.avgEntry*7 + max(n, 1)) / 8
+		if _, dup := r.entries[e.Pos]; dup {
+			continue
+		}
+		if n > reserved && !r.budget.tryTake(n-reserved) {
+			r.skipped.Add(1)
+			continue
+		}
+		reserved = max(reserved-n, 0)
+		for r.bytes+n > r.max && r.evictOldestLocked() {
+		}
+		if r.bytes+n > r.max {
+			r.budget.give(n)
+			continue
+		}
+		r.entries[e.Pos] = e.Payload
+		r.order = append(r.order, e.Pos)
+		r.bytes += n
+		r.fetched.Add(1)
+	}
+	r.budget.give(reserved)
+}
+
+// evictOldestLocked drops the oldest entry still held; false when empty.
+func (r *readAhead) evictOldestLocked() bool {
+	for r.head < len(r.order) {
+		p := r.order[r.head]
+		r.head++
+		if b, ok := r.entries[p]; ok {
+			delete(r.entries, p)
+			r.bytes -= int64(len(b))
+			r.budget.give(int64(len(b)))
+			r.compactLocked()
+			return true
+		}
+	}
+	r.compactLocked()
+	return false
+}
+
+func (r *readAhead) compactLocked() {
+	if r.head > 1024 && r.head > len(r.order)/2 {
+		r.order = append([]mlog.Position(nil), r.order[r.head:]...)
+		r.head = 0
+	}
+}
+
+// drop empties the buffer (the managed ledger closed).
+func (r *readAhead) drop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, b := range r.entries {
+		r.budget.give(int64(len(b)))
+		delete(r.entries, p)
+	}
+	r.order, r.head, r.bytes, r.closed = nil, 0, 0, true
+}
+
+// fetchPlan is what one background fetch should read: count entries after
+// from, for stream s.
+type fetchPlan struct {
+	s       *readStream
+	from    mlog.Position
+	count   int
+	reserve int64
+}
+
+// observe records a read that returned entries up to last (inclusive)
+// starting at from, and whether any of them came from the bookies or the
+// buffer (a reader behind the tail cache). It returns the fetch to start,
+// if the reader's stream needs one.
+func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) (fetchPlan, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := mlog.Position{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
+	var s *readStream
+	for _, c := range r.streams {
+		if c.next == from || (!c.next.Less(from) && !last.Less(c.next)) {
+			s = c
+			break
+		}
+	}
+	if s == nil {
+		if !behind {
+			return fetchPlan{}, false // a tailing reader: the tail cache serves it
+		}
+		if len(r.streams) == readAheadStreams {
+			oldest := 0
+			for i, c := range r.streams {
+				if c.lastUsed < r.streams[oldest].lastUsed {
+					oldest = i
+				}
+			}
+			r.streams = append(r.streams[:oldest], r.streams[oldest+1:]...)
+		}
+		s = &readStream{fetchEnd: last}
+		r.streams = append(r.streams, s)
+	}
+	s.next, s.lastUsed = next, tick
+	if s.busy {
+		return fetchPlan{}, false
+	}
+	window := int(min(max(r.max/max(r.avgEntry, 1), readAheadMinEntries), readAheadMaxEntries))
+	if s.fetchEnd.Less(last) {
+		s.fetchEnd = last
+	}
+	// Fetch again once the reader has used half of what was fetched ahead
+	// of it (counted in entries within one ledger; across a ledger
+	// boundary, whenever the reader reaches the fetched ledger).
+	if s.fetchEnd.LedgerID == next.LedgerID && s.fetchEnd.EntryID-next.EntryID >= int64(window/2) {
+		return fetchPlan{}, false
+	}
+	if next.LedgerID < s.fetchEnd.LedgerID {
+		return fetchPlan{}, false
+	}
+	reserve := int64(window) * r.avgEntry
+	for reserve > 0 && !r.budget.tryTake(reserve) {
+		reserve /= 2
+		window /= 2
+	}
+	if window < 1 || reserve <= 0 {
+		r.skipped.Add(1)
+		return fetchPlan{}, false
+	}
+	start := mlog.Position{LedgerID: s.fetchEnd.LedgerID, EntryID: s.fetchEnd.EntryID + 1}
+	s.busy, s.fetchFrom, s.fetchCount, s.done = true, start, window, make(chan struct{})
+	return fetchPlan{s: s, from: start, count: window, reserve: reserve}, true
+}
+
+// inFlight returns a channel that closes when the fetch that is reading p
+// has finished, if one is: a reader that has overtaken its read-ahead
+// waits for it rather than reading the same entries from the bookies too.
+func (r *readAhead) inFlight(p mlog.Position) (<-chan struct{}, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.streams {
+		if s.busy && p.LedgerID == s.fetchFrom.LedgerID && p.EntryID >= s.fetchFrom.EntryID &&
+			p.EntryID < s.fetchFrom.EntryID+int64(s.fetchCount) {
+			return s.done, true
+		}
+	}
+	return nil, false
+}
+
+// fetchDone ends a fetch for s that reached last (or failed: ok false).
+func (r *readAhead) fetchDone(s *readStream, last mlog.Position, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.busy = false
+	close(s.done)
+	if ok && s.fetchEnd.Less(last) {
+		s.fetchEnd = last
+	}
+}
+
+// metadataCache holds the records of closed ledgers, which do not change
+// (except when autorecovery moves a fragment: a read that fails on a cached
+// record drops it and reads the record again). Bounded FIFO.
+type metadataCache struct {
+	mu    sync.Mutex
+	m     map[int64]ledger.Metadata
+	order []int64
+	max   int
+}
+
+func newMetadataCache(max int) *metadataCache {
+	return &metadataCache{m: map[int64]ledger.Metadata{}, max: max}
+}
+
+func (c *metadataCache) get(id int64) (ledger.Metadata, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	md, ok := c.m[id]
+	return md, ok
+}
+
+func (c *metadataCache) put(md ledger.Metadata) {
+	if md.State != ledger.StateClosed {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[md.ID]; ok {
+		return
+	}
+	c.m[md.ID] = md
+	c.order = append(c.order, md.ID)
+	for len(c.order) > c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+}
+
+func (c *metadataCache) forget(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
+// readSpan reads one span's entries from the bookies, with the ledger's
+// record from the cache when it is closed.
+func (t *ManagedLedger) readSpan(ctx context.Context, span mlog.ReadSpan) ([][]byte, error) {
+	for attempt := 0; ; attempt++ {
+		md, cached := t.metadata.get(span.Ledger)
+		if !cached {
+			var err error
+			if md, _, err = t.cfg.Ledgers.ReadMetadata(ctx, span.Ledger); err != nil {
+				return nil, err
+			}
+			t.metadata.put(md)
+		}
+		payloads, err := t.cfg.Ledgers.Read(ctx, md, span.First, span.Last)
+		if err != nil && cached && attempt == 0 && ctx.Err() == nil {
+			t.metadata.forget(span.Ledger) // perhaps re-replicated elsewhere
+			continue
+		}
+		return payloads, err
+	}
+}
+
+// prefetch carries out a fetch plan in the background.
+func (t *ManagedLedger) prefetch(plan fetchPlan) {
+	t.prefetchMu.Lock()
+	if t.prefetchStopped {
+		t.prefetchMu.Unlock()
+		t.readAhead.budget.give(plan.reserve)
+		t.readAhead.fetchDone(plan.s, plan.from, false)
+		return
+	}
+	t.prefetches.Add(1)
+	t.prefetchMu.Unlock()
+	go func() {
+		defer t.prefetches.Done()
+		last, ok := plan.from, false
+		defer func() { t.readAhead.fetchDone(plan.s, last, ok) }()
+		var spans []mlog.ReadSpan
+		if err := t.call(t.ctx, func() { spans = t.core.Locate(plan.from, plan.count) }); err != nil || len(spans) == 0 {
+			t.readAhead.budget.give(plan.reserve)
+			return
+		}
+		var got []Entry
+		for _, span := range spans {
+			payloads, err := t.readSpan(t.ctx, span)
+			for i, p := range payloads {
+				got = append(got, Entry{Pos: mlog.Position{LedgerID: span.Ledger, EntryID: span.First + int64(i)}, Payload: p})
+			}
+			if err != nil {
+				break
+			}
+		}
+		if len(got) > 0 {
+			last, ok = got[len(got)-1].Pos, true
+		}
+		t.readAhead.put(got, plan.reserve)
+	}()
+}
+
+// readMiss is a run of entries a read found in no cache: span, and where
+// its entries go in the read's result.
+type readMiss struct {
+	span  mlog.ReadSpan
+	index int
+}
+
+// takeFetched fills out from the read-ahead for the entries of misses it
+// now holds, and returns the runs still missing (appended to rest).
+func (t *ManagedLedger) takeFetched(out []Entry, rest, misses []readMiss, aheadHits *int) []readMiss {
+	for _, m := range misses {
+		for e := m.span.First; e <= m.span.Last; e++ {
+			i := m.index + int(e-m.span.First)
+			if payload, ok := t.readAhead.take(out[i].Pos); ok {
+				out[i].Payload = payload
+				*aheadHits++
+				continue
+			}
+			if n := len(rest); n > 0 && rest[n-1].span.Ledger == m.span.Ledger && rest[n-1].span.Last == e-1 {
+				rest[n-1].span.Last = e
+			} else {
+				rest = append(rest, readMiss{mlog.ReadSpan{Ledger: m.span.Ledger, First: e, Last: e}, i})
+			}
+		}
+	}
+	return rest
+}

@@ -1,0 +1,119 @@
+package mlogclient
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"quire/internal/mlog"
+)
+
+// TestReadAheadServesACatchUpReader: a reader replaying 600 entries over
+// twelve ledgers with an empty tail cache is served mostly from the
+// read-ahead, sees every entry once and in order, and the read-ahead never
+// holds more than its budget. Afterwards the tail cache still serves a
+// tailing reader: catch-up traffic does not evict it.
+func TestReadAheadServesACatchUpReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := startCluster(t)
+	cfg := config(t, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 50}, Retention: keepAll})
+	budget := NewReadAheadBudget(64 << 10) // about 4,000 of these entries
+	cfg.ReadAheadBytes, cfg.ReadAheadBudget = 8<<10, budget
+	cfg.CacheEntries = 100
+	tp, err := Open(ctx, "tenant/ns/catchup", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close(context.Background())
+	const n = 600
+	for i := range n {
+		if _, err := tp.Append(ctx, payload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The tail cache holds the last 100; a reader from the start is behind.
+	from := mlog.Position{}
+	var got []Entry
+	for len(got) < n {
+		es, err := tp.Read(ctx, from, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) == 0 {
+			t.Fatalf("read stopped after %d entries", len(got))
+		}
+		if used := budget.InUse(); used > budget.Size() {
+			t.Fatalf("read-ahead holds %d bytes, budget %d", used, budget.Size())
+		}
+		got = append(got, es...)
+		last := es[len(es)-1].Pos
+		from = mlog.Position{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
+	}
+	for i, e := range got {
+		if !bytes.Equal(e.Payload, payload(i)) {
+			t.Fatalf("entry %d at %v: %q", i, e.Pos, e.Payload)
+		}
+	}
+	st, err := tp.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ReadAheadHits < n/2 {
+		t.Fatalf("read-ahead served %d of %d entries (bookie reads %d): it does not keep ahead of the reader", st.ReadAheadHits, n-100, st.CacheMisses)
+	}
+	t.Logf("catch-up of %d entries: %d from the read-ahead, %d from the bookies, %d from the tail cache; %d fetches skipped at a bound",
+		n, st.ReadAheadHits, st.CacheMisses, st.CacheHits, st.ReadAheadSkipped)
+
+	// A tailing reader: the last 100 entries are still in the tail cache.
+	hitsBefore := st.CacheHits
+	tail, err := tp.Read(ctx, got[n-100].Pos, 100)
+	if err != nil || len(tail) != 100 {
+		t.Fatalf("tail read: %d entries, %v", len(tail), err)
+	}
+	if st, _ := tp.Stats(ctx); st.CacheHits-hitsBefore != 100 {
+		t.Fatalf("tail read: %d of 100 from the tail cache", st.CacheHits-hitsBefore)
+	}
+	tp.Close(ctx)
+	if used := budget.InUse(); used != 0 {
+		t.Fatalf("%d bytes of budget still held after close", used)
+	}
+}
+
+// TestReadAheadAtAnExhaustedBudget: with every byte of the shared budget
+// taken, a catch-up reader reads from the bookies as without read-ahead.
+func TestReadAheadAtAnExhaustedBudget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := startCluster(t)
+	cfg := config(t, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 50}, Retention: keepAll})
+	budget := NewReadAheadBudget(1 << 10)
+	if !budget.tryTake(1 << 10) {
+		t.Fatal("could not take the budget")
+	}
+	cfg.ReadAheadBudget, cfg.CacheEntries = budget, 1
+	tp, err := Open(ctx, "tenant/ns/nobudget", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close(context.Background())
+	for i := range 200 {
+		if _, err := tp.Append(ctx, payload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readAll(t, ctx, tp, mlog.Position{})
+	if len(got) != 200 {
+		t.Fatalf("read %d of 200", len(got))
+	}
+	for i, e := range got {
+		if !bytes.Equal(e.Payload, payload(i)) {
+			t.Fatalf("entry %d: %q", i, e.Payload)
+		}
+	}
+	st, _ := tp.Stats(ctx)
+	if st.ReadAheadHits != 0 || st.ReadAheadSkipped == 0 {
+		t.Fatalf("read-ahead hits %d, skipped %d: want none served and skips counted", st.ReadAheadHits, st.ReadAheadSkipped)
+	}
+}
