@@ -18,7 +18,9 @@
 //     releases older journal files.
 //   - Ledger metadata: the fence bit, the deletion tombstone and the last
 //     add confirmed (LAC). Fence and delete are synced to Pebble before they
-//     return.
+//     return. The LAC comes from adds and from WriteLAC (an idle writer's
+//     explicit LAC), which is kept in memory only: see WriteLAC for why
+//     that is safe.
 //
 // What it must never do:
 //

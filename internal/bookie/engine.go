@@ -495,7 +495,55 @@ func (e *Engine) writeLedgerMeta(ledgerID int64, extra func(*pebble.Batch) error
 	return ioError("commit index batch", b.Commit(opts))
 }
 
-// LastAddConfirmed returns the highest LAC carried by the ledger's adds.
+// WriteLAC raises the ledger's LAC to lac (an idle writer's explicit LAC:
+// its last entry is confirmed but no later add will say so), never lowers
+// it, and wakes the long polls it satisfies. It returns the ledger's LAC
+// afterwards. A fenced ledger answers ErrFenced (its writer was taken over,
+// as for a non-recovery add); a ledger the bookie holds nothing of, or
+// deleted, answers ErrNoSuchLedger. It is in memory only and never blocks,
+// so the server calls it on the connection's reader goroutine, behind the
+// ledger's adds.
+//
+// Durability: the LAC is not journaled. A writer only ever sends its own
+// LAC, the end of the entries it has acknowledged, and those are durable on
+// an ack quorum whatever this bookie keeps; so the LAC is a hint about the
+// ledger, not data of this bookie. Losing it in a crash leaves the bookie
+// reporting the older LAC its journaled adds carried (replay takes their
+// maximum), and a reader then trails by one entry until the writer's next
+// add or update: late, never wrong. (A checkpoint or fence that writes the
+// ledger's metadata afterwards may persist it anyway, which is as safe.)
+// Recovery, which starts from the highest LAC the fencing reads report,
+// is not weakened either: it reads forward from that LAC whichever of the
+// two it gets, and every entry up to either is acknowledged.
+func (e *Engine) WriteLAC(ledgerID, lac int64) (lastAddConfirmed int64, err error) {
+	if ledgerID < 0 || lac < -1 {
+		return 0, fmt.Errorf("write LAC %d of ledger %d: %w", lac, ledgerID, ErrInvalidRequest)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return 0, ErrClosed
+	}
+	ls := e.ledgers[ledgerID]
+	switch {
+	case ls == nil || ls.deleted:
+		e.mu.Unlock()
+		return 0, fmt.Errorf("write LAC %d of ledger %d: %w", lac, ledgerID, ErrNoSuchLedger)
+	case ls.fenced:
+		e.mu.Unlock()
+		return 0, fmt.Errorf("write LAC %d of ledger %d: %w", lac, ledgerID, ErrFenced)
+	}
+	notify := ls.raiseLACLocked(lac)
+	lastAddConfirmed = ls.lastAddConfirmed
+	e.mu.Unlock()
+	for _, w := range notify {
+		w.notify(lastAddConfirmed)
+	}
+	return lastAddConfirmed, nil
+}
+
+// LastAddConfirmed returns the highest LAC carried by the ledger's adds or
+// written by WriteLAC.
 func (e *Engine) LastAddConfirmed(ledgerID int64) (int64, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()

@@ -201,6 +201,62 @@ func TestWatchLAC(t *testing.T) {
 	}
 }
 
+// TestWriteLAC: an explicit LAC raises the ledger's LAC (never lowers it),
+// wakes the long polls it satisfies, is refused on fenced, unknown and
+// deleted ledgers, and is not journaled: after a crash the bookie reports
+// the LAC its adds carried.
+func TestWriteLAC(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	e := openTest(t, testConfig(fs))
+	if _, err := e.WriteLAC(1, 0); !errors.Is(err, ErrNoSuchLedger) {
+		t.Fatalf("write LAC of an unknown ledger: %v", err)
+	}
+	if _, err := e.WriteLAC(1, -2); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("write LAC -2: %v", err)
+	}
+	mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: 0, LastAddConfirmed: -1})
+	mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: 1, LastAddConfirmed: 0})
+
+	notified := make(chan int64, 1)
+	if _, err := e.WatchLAC(1, 0, func(lac int64) { notified <- lac }); err != nil {
+		t.Fatal(err)
+	}
+	if lac, err := e.WriteLAC(1, 1); err != nil || lac != 1 {
+		t.Fatalf("WriteLAC(1, 1) = %d, %v; want 1", lac, err)
+	}
+	if lac := recvWithin(t, notified); lac != 1 {
+		t.Fatalf("long poll woken with LAC %d, want 1", lac)
+	}
+	// Never lowered: an older update (or a late one) changes nothing.
+	if lac, err := e.WriteLAC(1, 0); err != nil || lac != 1 {
+		t.Fatalf("WriteLAC(1, 0) = %d, %v; want 1 kept", lac, err)
+	}
+	if ent, err := e.Read(1, -1); err != nil || ent.LastAddConfirmed != 1 {
+		t.Fatalf("LAC read = %+v, %v; want 1", ent, err)
+	}
+
+	// Not journaled: a crash now leaves the LAC the adds carried.
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	after := openTest(t, testConfig(crashed))
+	if lac, err := after.LastAddConfirmed(1); err != nil || lac != 0 {
+		t.Fatalf("after crash: LAC %d, %v; want the journaled 0", lac, err)
+	}
+
+	if _, err := e.Fence(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.WriteLAC(1, 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("write LAC of a fenced ledger: %v, want ErrFenced", err)
+	}
+	mustAdd(t, e, AddRequest{LedgerID: 2, EntryID: 0, LastAddConfirmed: -1})
+	if err := e.DeleteLedger(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.WriteLAC(2, 0); !errors.Is(err, ErrNoSuchLedger) {
+		t.Fatalf("write LAC of a deleted ledger: %v, want ErrNoSuchLedger", err)
+	}
+}
+
 func TestDeleteLedger(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	e := openTest(t, testConfig(fs))

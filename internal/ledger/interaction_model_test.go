@@ -15,7 +15,7 @@ import (
 // file comes from the protocol cores and the order the script delivers in.
 
 // modelBookie is a bookie as the ledger protocol sees it: entries per ledger,
-// the highest LAC an add carried, and the fence bit.
+// the highest LAC an add or an explicit LAC update carried, and the fence bit.
 type modelBookie struct {
 	id   ledger.BookieID
 	zone string
@@ -88,6 +88,19 @@ func (b *modelBookie) handle(req ledger.Request) ledger.Response {
 			return resp
 		}
 		resp.Status, resp.Payload = ledger.StatusOK, append([]byte(nil), data...)
+	case ledger.RequestWriteLac:
+		// As a bookie: raise the LAC, never lower it; refuse on a fenced
+		// ledger or one it holds nothing of.
+		l, known := b.ledgers[req.LedgerID]
+		switch {
+		case !known:
+			resp.Status = ledger.StatusNoSuchLedger
+		case l.fenced:
+			resp.Status = ledger.StatusFenced
+		default:
+			l.lac = max(l.lac, req.LastAddConfirmed)
+			resp.Status, resp.LastAddConfirmed = ledger.StatusOK, l.lac
+		}
 	default:
 		panic(fmt.Sprintf("model bookie %s: unknown request kind %d", b.id, req.Kind))
 	}

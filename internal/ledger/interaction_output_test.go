@@ -209,6 +209,8 @@ func fmtRequest(r ledger.Request) string {
 		}
 	case "read-lac":
 		s = "read-lac"
+	case "write-lac":
+		s = fmt.Sprintf("write-lac lac=%d", r.LastAddConfirmed)
 	default:
 		s = fmt.Sprintf("read e%d", r.EntryID)
 	}

@@ -27,9 +27,10 @@ import (
 // Commands:
 //
 //	cluster bookies=(b1@zoneA, b2@zoneB, ...)
-//	create-ledger id=1 E=3 Qw=3 Qa=2 [ensemble=(b1,b2,b3)] [writer=A] [timeout=10] [mutants=(...)]
+//	create-ledger id=1 E=3 Qw=3 Qa=2 [ensemble=(b1,b2,b3)] [writer=A] [timeout=10] [explicit-lac=0]
+//	              [mutants=(...)]     explicit-lac: the writer's ExplicitLacTicks (0: off)
 //	add [payload=x | n=5] [quiet]          the writer adds entries (payload m<entry> by default)
-//	deliver [from=A] [to=(b1,b2)] [entry=7] [kind=add|read|read-lac] [n=1] [drop|noreply|fail]
+//	deliver [from=A] [to=(b1,b2)] [entry=7] [kind=add|read|read-lac|write-lac] [n=1] [drop|noreply|fail]
 //	                                       requests now in the network that match; the bookie
 //	                                       answers and the answer goes straight back
 //	                                       drop: lost before the bookie; noreply: applied, answer
@@ -51,7 +52,8 @@ import (
 // delivery are what the receiver did with the answer. After every command
 // the harness checks the writer's guarantees (acks in entry order, every
 // acknowledged entry on at least Qa bookies, a CLOSED ledger holding every
-// acknowledged entry, a CLOSED record never rewritten) and fails the test if
+// acknowledged entry, a CLOSED record never rewritten, no bookie with a LAC
+// beyond the writer's last acknowledged entry) and fails the test if
 // one breaks, unless the script switched on a protocol mutant (Mutants): then
 // it prints the violations as VIOLATION lines, which the golden output
 // expects.
@@ -367,6 +369,7 @@ func (e *env) cmdCreateLedger(d *datadriven.TestData) {
 		Version:             v,
 		Cluster:             e.clusterView(),
 		RequestTimeoutTicks: int(e.argInt(d, "timeout", 10)),
+		ExplicitLacTicks:    int(e.argInt(d, "explicit-lac", 0)),
 		Mutants:             e.mutants(d),
 	})
 	if err != nil {
@@ -391,6 +394,8 @@ func (e *env) mutants(d *datadriven.TestData) ledger.Mutants {
 			m.UnorderedAck = true
 		case "EnsembleChangeIgnoresRecovery":
 			m.EnsembleChangeIgnoresRecovery = true
+		case "ExplicitLacAhead":
+			m.ExplicitLacAhead = true
 		default:
 			e.scriptFail("unknown mutant %s", name)
 		}
@@ -491,8 +496,8 @@ func (e *env) drain(c *client) {
 		}
 	}
 	for _, req := range rd.Requests {
-		if c == e.writer && req.Kind == ledger.RequestAdd && req.LastAddConfirmed > e.lastAcked() {
-			e.violate("%s sent e%d with lac=%d above its last acknowledged entry %d", c.name, req.EntryID, req.LastAddConfirmed, e.lastAcked())
+		if c == e.writer && req.LastAddConfirmed > e.lastAcked() {
+			e.violate("%s sent %s to %s: lac above its last acknowledged entry %d", c.name, fmtRequest(req), req.To, e.lastAcked())
 		}
 		e.net = append(e.net, inflight{from: c, req: req})
 		e.message("%s -> %s %s", c.name, req.To, fmtRequest(req))
@@ -591,9 +596,9 @@ func (e *env) parseFilter(d *datadriven.TestData) filter {
 	}
 	f.kind = e.argString(d, "kind", "")
 	switch f.kind {
-	case "", "add", "read", "read-lac":
+	case "", "add", "read", "read-lac", "write-lac":
 	default:
-		e.scriptFail("kind=%s: want add, read or read-lac", f.kind)
+		e.scriptFail("kind=%s: want add, read, read-lac or write-lac", f.kind)
 	}
 	return f
 }
@@ -612,6 +617,8 @@ func requestKind(r ledger.Request) string {
 	switch {
 	case r.Kind == ledger.RequestAdd:
 		return "add"
+	case r.Kind == ledger.RequestWriteLac:
+		return "write-lac"
 	case r.EntryID == -1:
 		return "read-lac"
 	}
@@ -868,5 +875,12 @@ func (e *env) checkInvariants() {
 	}
 	if md.State == ledger.StateClosed && next-1 > md.LastEntryID {
 		e.violate("l%d closed at e%d but e%d was acknowledged", md.ID, md.LastEntryID, next-1)
+	}
+	// A LAC is a promise to readers that every entry up to it was
+	// acknowledged: no bookie may hold one beyond the writer's acks.
+	for _, id := range e.bookieOrder {
+		if l := e.bookies[id].ledgers[e.ledgerID]; l != nil && l.lac > e.lastAcked() {
+			e.violate("%s holds lac=%d beyond the last acknowledged entry %d", id, l.lac, e.lastAcked())
+		}
 	}
 }

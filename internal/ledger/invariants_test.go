@@ -69,6 +69,11 @@ func TestInvariantsFire(t *testing.T) {
 			"acks in entry order: ack of entry 2 follows the ack of entry 0"},
 		{"ack held back", func(w *Writer) { w.pending[1].acked = map[int]bool{0: true, 2: true} },
 			"the entry after lastAddConfirmed lacks an ack quorum: entry 1 has 2 acks, Qa=2"},
+		{"LAC sent ahead of the acks", func(w *Writer) { w.lacSent = 1 },
+			"-1 <= lacSent <= lastAddConfirmed: lacSent(1) lastAddConfirmed(0)"},
+		{"LAC sent uncounted", func(w *Writer) {
+			w.ready.Requests = append(w.ready.Requests, Request{Kind: RequestWriteLac, EntryID: -1, To: "b1", LastAddConfirmed: 0})
+		}, "every LAC sent is counted in lacSent: write-lac of entry -1 to b1 carries LAC 0, lacSent(-1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWriter(t)

@@ -18,6 +18,11 @@ const (
 	// RequestRead reads an entry; EntryID -1 reads the bookie's LAC. Fence
 	// makes the bookie durably fence the ledger first.
 	RequestRead
+	// RequestWriteLac raises the bookie's LAC of the ledger to
+	// LastAddConfirmed without an entry: an idle writer's explicit LAC.
+	// EntryID is -1. The answer is OK, or Fenced when a new owner took the
+	// ledger over, or a failure the writer ignores.
+	RequestWriteLac
 )
 
 func (k RequestKind) String() string {
@@ -26,6 +31,8 @@ func (k RequestKind) String() string {
 		return "add"
 	case RequestRead:
 		return "read"
+	case RequestWriteLac:
+		return "write-lac"
 	}
 	return "?"
 }
@@ -37,7 +44,8 @@ type Request struct {
 	Kind     RequestKind
 	LedgerID int64
 	EntryID  int64
-	// LastAddConfirmed rides on every add.
+	// LastAddConfirmed rides on every add, and is what a RequestWriteLac
+	// sends.
 	LastAddConfirmed int64
 	Payload          []byte
 	Recovery         bool

@@ -21,6 +21,10 @@ type Mutants struct {
 	// EnsembleChangeIgnoresRecovery: an ensemble change that loses its CAS
 	// re-applies itself on whatever it reads, without checking for IN_RECOVERY.
 	EnsembleChangeIgnoresRecovery bool
+	// ExplicitLacAhead: the explicit LAC update does not wait for pending
+	// entries and sends the last entry added (nextEntry-1) instead of
+	// lastAddConfirmed, so bookies report entries nobody acknowledged.
+	ExplicitLacAhead bool
 }
 
 // WriterConfig configures a Writer.
@@ -38,7 +42,14 @@ type WriterConfig struct {
 	// RetryTicks: delay before retrying a metadata operation that could not
 	// run or an ensemble change that found no bookies; default 5.
 	RetryTicks int
-	Mutants    Mutants
+	// ExplicitLacTicks: a writer that is open, has nothing pending, has not
+	// added for this many ticks and whose LAC is past the last one it sent
+	// to the bookies sends its LAC to the bookies of its current ensemble
+	// (RequestWriteLac, BookKeeper's explicit LAC). An add carries the LAC
+	// of the entries before it, so without this a tailing reader never sees
+	// the last entry of a writer that went quiet. 0 turns it off.
+	ExplicitLacTicks int
+	Mutants          Mutants
 }
 
 type writerState int
@@ -72,6 +83,18 @@ type Writer struct {
 	pending          map[int64]*pendingEntry
 	outstanding      map[uint64]outstandingAdd
 
+	// lacSent is the highest LAC sent to bookies, on an add or an explicit
+	// update. Invariant: -1 <= lacSent <= lastAddConfirmed (a bookie never
+	// learns of an entry the writer has not acknowledged).
+	lacSent int64
+	// lastAddTick is the tick of the last Add: explicit LAC waits for
+	// ExplicitLacTicks of quiet after it.
+	lastAddTick int64
+	// lacUpdates are the explicit LAC updates awaiting an answer: request id
+	// → tick sent. Only a fenced answer matters; the rest expire after
+	// RequestTimeoutTicks.
+	lacUpdates map[uint64]int64
+
 	// failed holds ensemble indexes (of the last fragment) whose bookie failed
 	// and awaits replacement; their acks no longer count.
 	failed map[int]bool
@@ -91,6 +114,8 @@ type Writer struct {
 	// checks (-tags invariants), which see every Ack once, in order.
 	ackedThrough int64
 	acksChecked  int
+	// requestsChecked: how many of ready.Requests checkInvariants has seen.
+	requestsChecked int
 }
 
 type pendingEntry struct {
@@ -138,9 +163,11 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 		version:          cfg.Version,
 		cluster:          cfg.Cluster,
 		lastAddConfirmed: -1,
+		lacSent:          -1,
 		ackedThrough:     -1,
 		pending:          map[int64]*pendingEntry{},
 		outstanding:      map[uint64]outstandingAdd{},
+		lacUpdates:       map[uint64]int64{},
 		failed:           map[int]bool{},
 		bad:              map[BookieID]bool{},
 	}, nil
@@ -189,7 +216,7 @@ func (w *Writer) Ready() Ready {
 	// No invariant check here: Ready changes nothing but the outputs, and
 	// the input that produced them was checked.
 	r := w.ready
-	w.ready, w.acksChecked = Ready{}, 0
+	w.ready, w.acksChecked, w.requestsChecked = Ready{}, 0, 0
 	return r
 }
 
@@ -215,6 +242,7 @@ func (w *Writer) Add(payload []byte) (int64, error) {
 	}
 	id := w.nextEntry
 	w.nextEntry++
+	w.lastAddTick = w.tick
 	w.assignedLength += int64(len(payload))
 	p := &pendingEntry{
 		id:     id,
@@ -239,6 +267,7 @@ func (w *Writer) send(p *pendingEntry) {
 			continue
 		}
 		id := w.nextOpID()
+		w.lacSent = max(w.lacSent, w.lastAddConfirmed)
 		p.sentTo[idx] = id
 		w.outstanding[id] = outstandingAdd{entry: p.id, index: idx, bookie: ensemble[idx], sentTick: w.tick}
 		w.ready.Requests = append(w.ready.Requests, Request{
@@ -248,10 +277,20 @@ func (w *Writer) send(p *pendingEntry) {
 	}
 }
 
-// Step feeds a bookie's response to an add.
+// Step feeds a bookie's response to an add or an explicit LAC update.
 func (w *Writer) Step(r Response) {
 	if invariants.Enabled {
 		defer w.checkInvariants()
+	}
+	if _, ok := w.lacUpdates[r.ID]; ok {
+		delete(w.lacUpdates, r.ID)
+		// Best effort: a failed update costs a tailing reader some delay,
+		// never the ledger a bookie, so it starts no ensemble change. But a
+		// fenced ledger was taken over, as a fenced add says.
+		if r.Status == StatusFenced {
+			w.fence()
+		}
+		return
 	}
 	o, ok := w.outstanding[r.ID]
 	if !ok {
@@ -341,6 +380,7 @@ func (w *Writer) fence() {
 	}
 	w.pending = map[int64]*pendingEntry{}
 	w.outstanding = map[uint64]outstandingAdd{}
+	w.lacUpdates = map[uint64]int64{}
 	w.change = nil
 }
 
@@ -478,12 +518,18 @@ func (w *Writer) stepChange(r MetaResult) {
 }
 
 // Tick advances logical time: adds unanswered for RequestTimeoutTicks fail
-// their bookie; blocked changes and closes retry.
+// their bookie; blocked changes and closes retry; an idle writer sends its
+// LAC.
 func (w *Writer) Tick() {
 	if invariants.Enabled {
 		defer w.checkInvariants()
 	}
 	w.tick++
+	for id, sent := range w.lacUpdates { // deletions only: order does not matter
+		if w.tick-sent >= int64(w.cfg.RequestTimeoutTicks) {
+			delete(w.lacUpdates, id)
+		}
+	}
 	if w.state == writerFenced || w.state == writerClosed {
 		return
 	}
@@ -509,6 +555,40 @@ func (w *Writer) Tick() {
 			w.startEnsembleChange()
 		}
 		w.maybeClose()
+	}
+	w.maybeSendLac()
+}
+
+// maybeSendLac sends the LAC to every live bookie of the current ensemble
+// when the writer has gone quiet with a LAC the bookies have not been sent:
+// the last add carried the LAC of the entries before it, so tailing readers
+// (who read up to a bookie's LAC) would otherwise never see its entry.
+// Every member, not just the last entry's write quorum: a reader polls the
+// whole ensemble, and with striping the others trail further. A closing
+// writer sends nothing: its close records the end in the metadata.
+func (w *Writer) maybeSendLac() {
+	if w.cfg.ExplicitLacTicks <= 0 || w.state != writerOpen || w.tick-w.lastAddTick < int64(w.cfg.ExplicitLacTicks) {
+		return
+	}
+	lac := w.lastAddConfirmed
+	switch {
+	case w.cfg.Mutants.ExplicitLacAhead:
+		lac = w.nextEntry - 1
+	case len(w.pending) > 0:
+		return // their acks will move the LAC; the next quiet period sends it
+	}
+	if lac <= w.lacSent {
+		return
+	}
+	w.lacSent = lac
+	for idx, b := range w.md.Fragments[len(w.md.Fragments)-1].Ensemble {
+		if w.failed[idx] {
+			continue
+		}
+		id := w.nextOpID()
+		w.lacUpdates[id] = w.tick
+		w.ready.Requests = append(w.ready.Requests, Request{ID: id, To: b, Kind: RequestWriteLac, LedgerID: w.md.ID,
+			EntryID: -1, LastAddConfirmed: lac})
 	}
 }
 
@@ -588,6 +668,21 @@ func (w *Writer) checkInvariants() {
 	if w.lastAddConfirmed < -1 || w.lastAddConfirmed >= w.nextEntry {
 		w.violated("-1 <= lastAddConfirmed < nextEntry: lastAddConfirmed(%d) nextEntry(%d)", w.lastAddConfirmed, w.nextEntry)
 	}
+	// A bookie never learns a LAC beyond what the writer acknowledged, on
+	// an add or an explicit update. ExplicitLacAhead breaks this on
+	// purpose, for the simulator's bookie LAC checker to catch.
+	if !w.cfg.Mutants.ExplicitLacAhead {
+		if w.lacSent < -1 || w.lacSent > w.lastAddConfirmed {
+			w.violated("-1 <= lacSent <= lastAddConfirmed: lacSent(%d) lastAddConfirmed(%d)", w.lacSent, w.lastAddConfirmed)
+		}
+		for _, r := range w.ready.Requests[w.requestsChecked:] {
+			if r.LastAddConfirmed > w.lacSent {
+				w.violated("every LAC sent is counted in lacSent: %s of entry %d to %s carries LAC %d, lacSent(%d)",
+					r.Kind, r.EntryID, r.To, r.LastAddConfirmed, w.lacSent)
+			}
+		}
+	}
+	w.requestsChecked = len(w.ready.Requests)
 	if w.length < 0 || w.length > w.assignedLength {
 		w.violated("0 <= length <= assignedLength: length(%d) assignedLength(%d)", w.length, w.assignedLength)
 	}

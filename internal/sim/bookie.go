@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"sort"
 	"time"
 
 	"quire/internal/ledger"
@@ -25,9 +26,12 @@ type bookieConfig struct {
 // an add is acknowledged only after the journal fsync that makes it durable
 // (group commit: one fsync covers everything queued before it started); a
 // fencing read makes the fence durable the same way before it answers; a
-// fenced ledger refuses every non-recovery add. A crash loses what was not
-// yet synced — exactly the adds that were never acknowledged — and keeps
-// acknowledged entries and durable fences.
+// fenced ledger refuses every non-recovery add and explicit LAC update. A
+// crash loses what was not yet synced — exactly the adds that were never
+// acknowledged — and keeps acknowledged entries and durable fences. An
+// explicit LAC is not journaled (internal/bookie's WriteLAC): a crash loses
+// it, unless (as a checkpoint of the ledger's metadata may do) it was
+// persisted by chance.
 type bookie struct {
 	s    *ledgerSim
 	id   ledger.BookieID
@@ -46,6 +50,10 @@ type bookieLedger struct {
 	fenced  bool // in memory: refuses the old writer from now on
 	// Invariant: fencedDurable implies fenced.
 	fencedDurable bool
+	// explicitLAC is the highest LAC an explicit update brought (-1: none).
+	// The ledger's LAC is the highest of it and the LACs its visible
+	// entries carried.
+	explicitLAC int64
 }
 
 type storedEntry struct {
@@ -71,7 +79,7 @@ func (b *bookie) name() string { return string(b.id) }
 func (b *bookie) ledger(id int64) *bookieLedger {
 	l := b.ledgers[id]
 	if l == nil {
-		l = &bookieLedger{entries: map[int64]storedEntry{}}
+		l = &bookieLedger{entries: map[int64]storedEntry{}, explicitLAC: -1}
 		b.ledgers[id] = l
 	}
 	return l
@@ -95,6 +103,8 @@ func (b *bookie) receive(from string, gen int, req ledger.Request) {
 		b.add(from, gen, req)
 	case ledger.RequestRead:
 		b.read(from, gen, req)
+	case ledger.RequestWriteLac:
+		b.writeLac(from, gen, req)
 	}
 }
 
@@ -109,6 +119,7 @@ func (b *bookie) add(from string, gen int, req ledger.Request) {
 	old, had := l.entries[req.EntryID]
 	if !had || !old.durable || !bytes.Equal(old.data, req.Payload) {
 		l.entries[req.EntryID] = storedEntry{data: req.Payload, lac: req.LastAddConfirmed}
+		b.s.checkBookieLAC(b, req.LedgerID, req.LastAddConfirmed, fmt.Sprintf("add e%d from %s", req.EntryID, from))
 	}
 	b.enqueue(journalItem{ledgerID: req.LedgerID, entryID: req.EntryID, reply: func() {
 		b.respond(from, gen, req, ledger.Response{ID: req.ID, From: b.id, Status: ledger.StatusOK})
@@ -132,6 +143,40 @@ func (b *bookie) read(from string, gen int, req ledger.Request) {
 	b.respond(from, gen, req, b.answerRead(req))
 }
 
+// writeLac applies an explicit LAC update at once, in memory: the ledger's
+// LAC is raised (never lowered), on a ledger this bookie holds something of
+// and has not fenced.
+func (b *bookie) writeLac(from string, gen int, req ledger.Request) {
+	resp := ledger.Response{ID: req.ID, From: b.id}
+	l := b.ledgers[req.LedgerID]
+	switch {
+	case l == nil || len(l.entries) == 0 && !l.fenced:
+		resp.Status = ledger.StatusNoSuchLedger
+	case l.fenced:
+		b.s.stats.FencedRejects++
+		b.s.e.tracef(b.name(), "rejects write-lac %d from %s: FENCED", req.LastAddConfirmed, from)
+		resp.Status = ledger.StatusFenced
+	default:
+		b.s.stats.ExplicitLacs++
+		l.explicitLAC = max(l.explicitLAC, req.LastAddConfirmed)
+		b.s.checkBookieLAC(b, req.LedgerID, req.LastAddConfirmed, "write-lac from "+from)
+		resp.Status, resp.LastAddConfirmed = ledger.StatusOK, b.lac(l)
+	}
+	b.respond(from, gen, req, resp)
+}
+
+// lac is the ledger's LAC as the bookie reports it: the highest of the
+// explicit LAC and the LACs its visible entries carried (-1 for none).
+func (b *bookie) lac(l *bookieLedger) int64 {
+	lac := l.explicitLAC
+	for _, se := range l.entries { // max: order does not matter
+		if (se.durable || b.s.bookieCfg.readUnsynced) && se.lac > lac {
+			lac = se.lac
+		}
+	}
+	return lac
+}
+
 // answerRead reads entry req.EntryID (-1: the LAC) as the bookie sees it now.
 func (b *bookie) answerRead(req ledger.Request) ledger.Response {
 	resp := ledger.Response{ID: req.ID, From: b.id}
@@ -142,12 +187,7 @@ func (b *bookie) answerRead(req ledger.Request) ledger.Response {
 	}
 	visible := func(se storedEntry) bool { return se.durable || b.s.bookieCfg.readUnsynced }
 	if req.EntryID == -1 {
-		resp.Status, resp.LastAddConfirmed = ledger.StatusOK, -1
-		for _, se := range l.entries { // max: order does not matter
-			if visible(se) && se.lac > resp.LastAddConfirmed {
-				resp.LastAddConfirmed = se.lac
-			}
-		}
+		resp.Status, resp.LastAddConfirmed = ledger.StatusOK, b.lac(l)
 		return resp
 	}
 	se, ok := l.entries[req.EntryID]
@@ -210,7 +250,8 @@ func (b *bookie) crash() {
 	b.syncing = false
 	b.journal = nil
 	lost := 0
-	for _, l := range b.ledgers { // deletions only: order does not matter
+	for _, ledgerID := range sortedLedgerIDs(b.ledgers) { // sorted: the chance draws below use the seed's stream
+		l := b.ledgers[ledgerID]
 		for id, se := range l.entries {
 			if !se.durable {
 				delete(l.entries, id)
@@ -218,6 +259,9 @@ func (b *bookie) crash() {
 			}
 		}
 		l.fenced = l.fencedDurable
+		if l.explicitLAC >= 0 && !b.s.e.chance(0.5) {
+			l.explicitLAC = -1
+		}
 	}
 	b.s.stats.LostUnsynced += lost
 	b.s.e.tracef(b.name(), "CRASH (lost %d unsynced entries)", lost)
@@ -244,8 +288,19 @@ func (b *bookie) fencedDurably(ledgerID int64) bool {
 	return l != nil && l.fencedDurable
 }
 
+func sortedLedgerIDs(m map[int64]*bookieLedger) []int64 {
+	ids := make([]int64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
 func describeRequest(r ledger.Request) string {
 	switch {
+	case r.Kind == ledger.RequestWriteLac:
+		return fmt.Sprintf("write-lac#%d lac=%d", r.ID, r.LastAddConfirmed)
 	case r.Kind == ledger.RequestAdd && r.Recovery:
 		return fmt.Sprintf("recovery-add#%d e%d", r.ID, r.EntryID)
 	case r.Kind == ledger.RequestAdd:
@@ -262,6 +317,9 @@ func describeRequest(r ledger.Request) string {
 
 func describeResponse(req ledger.Request, r ledger.Response) string {
 	what := "add"
+	if req.Kind == ledger.RequestWriteLac {
+		return fmt.Sprintf("write-lac#%d %s", r.ID, r.Status)
+	}
 	if req.Kind == ledger.RequestRead {
 		what = "read"
 		if req.EntryID == -1 && r.Status == ledger.StatusOK {

@@ -101,6 +101,19 @@ func (s *ledgerSim) checkFenceCoverage(actor string, md ledger.Metadata) {
 	}
 }
 
+// checkBookieLAC is checker (g), run whenever a bookie takes a LAC (on an
+// add, a recovery add or an explicit update): a bookie's LAC promises
+// readers, tailing ones and recovery alike, that every entry up to it was
+// acknowledged to the writer, so it may never pass the writer's last
+// acknowledged entry. (The writer's own LAC only moves with its acks; what
+// this catches is a LAC sent ahead of them.)
+func (s *ledgerSim) checkBookieLAC(b *bookie, ledgerID, lac int64, how string) {
+	if lac > s.writer.lastOK {
+		s.violate(kindLACAhead, "%s took LAC %d of ledger %d (%s) but the writer's last acknowledged entry is %d",
+			b.name(), lac, ledgerID, how, s.writer.lastOK)
+	}
+}
+
 // checkEntryRead is checker (b) for one entry read: it must be exactly what
 // the writer added as that entry.
 func (s *ledgerSim) checkEntryRead(reader string, id int64, payload []byte) {

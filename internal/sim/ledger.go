@@ -48,8 +48,10 @@ type Stats struct {
 	Crashes, Partitions, Outages int
 	// LostUnsynced counts entries that bookie crashes lost before their fsync.
 	LostUnsynced int
-	// FencedRejects counts adds a fenced bookie refused.
+	// FencedRejects counts adds and explicit LAC updates a fenced bookie refused.
 	FencedRejects int
+	// ExplicitLacs counts explicit LAC updates a bookie applied.
+	ExplicitLacs int
 	// EnsembleChanges counts the writer's successful ensemble changes.
 	EnsembleChanges int
 	// CASConflicts counts metadata writes that lost their compare-and-swap;
@@ -77,13 +79,14 @@ const (
 	kindAckOrder        = "ack-order"              // (d) acks out of entry order, duplicated, or LAC regressed
 	kindZoneRule        = "zone-rule"              // (e) a write quorum with two bookies in one zone
 	kindFenceIncomplete = "fence-incomplete"       // (f) recovery read on with a write quorum still able to ack the old writer
+	kindLACAhead        = "lac-ahead-of-acks"      // (g) a bookie took a LAC beyond the writer's last acknowledged entry
 	kindBadMetadata     = "bad-metadata"           // a core wrote metadata that breaks its invariants
 	kindSimError        = "sim-error"              // the simulator itself could not set the run up
 	kindPanic           = "panic"                  // a core or model panicked
 )
 
 // Mutants lists the names LedgerOptions.Mutant accepts.
-var Mutants = []string{"weak-fence", "no-fence-recovery-read", "unordered-ack", "ensemble-change-ignores-recovery"}
+var Mutants = []string{"weak-fence", "no-fence-recovery-read", "unordered-ack", "ensemble-change-ignores-recovery", "explicit-lac-ahead"}
 
 // ParseMutant turns a mutant name into the ledger core's switches.
 func ParseMutant(name string) (ledger.Mutants, error) {
@@ -98,6 +101,8 @@ func ParseMutant(name string) (ledger.Mutants, error) {
 		m.UnorderedAck = true
 	case "ensemble-change-ignores-recovery":
 		m.EnsembleChangeIgnoresRecovery = true
+	case "explicit-lac-ahead":
+		m.ExplicitLacAhead = true
 	default:
 		return m, fmt.Errorf("sim: unknown mutant %q (known: %v)", name, Mutants)
 	}
@@ -278,7 +283,8 @@ func (s *ledgerSim) createLedger() bool {
 		s.violate(kindSimError, "create ledger metadata: %v", err)
 		return false
 	}
-	w, err := ledger.NewWriter(ledger.WriterConfig{Metadata: md, Version: v, Cluster: cluster, Mutants: s.mutants})
+	w, err := ledger.NewWriter(ledger.WriterConfig{Metadata: md, Version: v, Cluster: cluster,
+		ExplicitLacTicks: sc.explicitLacTicks, Mutants: s.mutants})
 	if err != nil {
 		s.violate(kindSimError, "new writer: %v", err)
 		return false

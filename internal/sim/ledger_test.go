@@ -66,6 +66,7 @@ func TestLedgerNoViolations(t *testing.T) {
 			"messages dropped":        st.Dropped > 0,
 			"entries past first ack":  st.LastEntryID > 0,
 			"writer closed it itself": st.WriterEnd == "closed",
+			"explicit LAC applied":    st.ExplicitLacs > 0,
 		} {
 			if hit {
 				reached[name]++
@@ -74,7 +75,7 @@ func TestLedgerNoViolations(t *testing.T) {
 	}
 	for _, name := range []string{"writer paused", "zombie fenced", "fenced bookie refused", "ensemble change", "CAS conflict",
 		"ambiguous metadata", "crash lost unsynced", "bookie crash", "partition", "metadata outage", "reader retried",
-		"messages dropped", "entries past first ack", "writer closed it itself"} {
+		"messages dropped", "entries past first ack", "writer closed it itself", "explicit LAC applied"} {
 		if reached[name] == 0 {
 			t.Errorf("no run of seeds 1-%d reached %q: the scenario generator lost a fault", seeds, name)
 		}
@@ -104,6 +105,10 @@ func TestLedgerMutantsCaught(t *testing.T) {
 		// ensemble-change-ignores-recovery: the zombie reopens the recovered
 		// ledger on fresh bookies and gets entries past the end acknowledged.
 		{"ensemble-change-ignores-recovery", 150, []string{kindReopened, kindZombieAck}},
+		// explicit-lac-ahead: only the bookie LAC checker sees it (the
+		// writer's invariant check stands aside for the mutant): an idle
+		// writer's update reaches a bookie with entries still unacknowledged.
+		{"explicit-lac-ahead", 60, []string{kindLACAhead}},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
 			found := map[string]int64{}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 )
@@ -39,6 +40,13 @@ type scenario struct {
 
 	readers int
 	faults  []fault
+
+	// explicitLacTicks is the writer's ExplicitLacTicks (0: off).
+	explicitLacTicks int
+	// idleAfter: after its n-th add the writer goes quiet for this long
+	// before the next (a producer with nothing to send), where an idle
+	// writer's explicit LAC goes out with entries still to come.
+	idleAfter map[int]time.Duration
 }
 
 type recovererPause struct {
@@ -180,6 +188,17 @@ func newScenario(e *engine) scenario {
 	if e.chance(0.3) {
 		sc.faults = append(sc.faults, fault{kind: faultMetaPartition, node: pick(e, []string{"writer", "rec1", "rec2"}), at: e.between(0, horizon), dur: e.between(10*time.Millisecond, 500*time.Millisecond)})
 	}
+	// Drawn last, so that the draws above (and the scenario each seed had
+	// before explicit LAC existed) stay as they were. From every tick (the
+	// writer's adds are at most 20 ms apart: updates all along) to only
+	// after long quiet (a pause, the end).
+	sc.explicitLacTicks = pick(e, []int{0, 1, 2, 5, 20})
+	if e.chance(0.6) {
+		sc.idleAfter = map[int]time.Duration{}
+		for range e.intn(1, 3) {
+			sc.idleAfter[e.intn(1, sc.entries-1)] = e.between(50*time.Millisecond, 600*time.Millisecond)
+		}
+	}
 	return sc
 }
 
@@ -216,7 +235,7 @@ func (sc *scenario) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "E=%d Qw=%d Qa=%d bookies=%d zones=%d entries=%d addGap<=%v", sc.ensemble, sc.writeQuorum, sc.ackQuorum, sc.bookies, sc.zones, sc.entries, sc.addGapMax)
 	fmt.Fprintf(&b, " net=%v..%v loss=%g slow=%g fsync=%v..%v fail=%g readUnsynced=%v", sc.net.delayMin, sc.net.delayMax, sc.net.lossProb, sc.net.slowProb, sc.bookie.fsyncMin, sc.bookie.fsyncMax, sc.bookie.failProb, sc.bookie.readUnsynced)
-	fmt.Fprintf(&b, " meta=%v..%v ambiguous=%g", sc.meta.delayMin, sc.meta.delayMax, sc.meta.ambiguousProb)
+	fmt.Fprintf(&b, " meta=%v..%v ambiguous=%g explicitLac=%d", sc.meta.delayMin, sc.meta.delayMax, sc.meta.ambiguousProb, sc.explicitLacTicks)
 	if sc.pause {
 		fmt.Fprintf(&b, " pause=after e%d for %v blackout=%v catchUp=%v backlog=%s", sc.pauseAfterEntry, sc.pauseFor, sc.blackout, sc.tickCatchUp, sc.backlog)
 	}
@@ -228,6 +247,14 @@ func (sc *scenario) String() string {
 	}
 	for _, p := range sc.recovererPauses {
 		fmt.Fprintf(&b, " rec%d-pause=+%v/%v", p.index+1, p.after, p.dur)
+	}
+	idle := make([]int, 0, len(sc.idleAfter))
+	for n := range sc.idleAfter {
+		idle = append(idle, n)
+	}
+	sort.Ints(idle)
+	for _, n := range idle {
+		fmt.Fprintf(&b, " idle=after e%d for %v", n-1, sc.idleAfter[n])
 	}
 	for _, f := range sc.faults {
 		fmt.Fprintf(&b, "; %s", f)

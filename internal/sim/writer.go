@@ -161,7 +161,12 @@ func (w *writerActor) addLoop() {
 		})
 		return
 	}
-	e.after(e.between(0, sc.addGapMax), w.addLoop)
+	gap := e.between(0, sc.addGapMax)
+	if idle, ok := sc.idleAfter[w.added]; ok {
+		e.tracef(w.name(), "IDLE for %v", idle)
+		gap = idle
+	}
+	e.after(gap, w.addLoop)
 }
 
 // pause freezes the writer (and, in a blackout, cuts it off every bookie for

@@ -29,6 +29,7 @@ func (nopEngine) Read(int64, int64) (server.Entry, error)                  { ret
 func (nopEngine) ReadRange(int64, int64, int, int) ([]server.Entry, error) { return nil, nil }
 func (nopEngine) Fence(int64) (int64, error)                               { return -1, nil }
 func (nopEngine) WatchLAC(int64, int64, func(int64)) (func(), error)       { return func() {}, nil }
+func (nopEngine) WriteLAC(_, lac int64) (int64, error)                     { return lac, nil }
 func (nopEngine) DeleteLedger(int64) error                                 { return nil }
 func (nopEngine) Info() (uint64, uint64, bool)                             { return 0, 0, false }
 

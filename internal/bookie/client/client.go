@@ -368,6 +368,27 @@ func outcome(resp *wire.Response, err error) error {
 	return wire.ErrorOf(resp.GetStatus(), resp.GetErrorMessage())
 }
 
+// WriteLacAsync sends the ledger's LAC to the bookie without an entry (an idle writer's
+// explicit LAC) and returns; done gets the outcome exactly once, under the same rules as
+// AddAsync's (never from within WriteLacAsync, within AsyncTimeout, must not block). It
+// travels on the ledger's connection, so the bookie sees it after every add of the ledger
+// sent to it before. A fenced ledger fails with ErrFenced, a ledger the bookie holds
+// nothing of with ErrNoSuchLedger.
+func (c *Client) WriteLacAsync(addr string, ledgerID, lac int64, done func(error)) {
+	req := &wire.Request{Body: &wire.Request_WriteLac{WriteLac: &wire.WriteLacRequest{LedgerId: ledgerID, Lac: lac}}}
+	c.start(addr, ledgerID, req, func(resp *wire.Response, err error) {
+		if err = outcome(resp, err); err == nil {
+			if w := resp.GetWriteLac(); w == nil || w.GetLedgerId() != ledgerID || w.GetLastAddConfirmed() < lac {
+				err = fmt.Errorf("%w: answered %v", ErrMalformed, w)
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("bookie %s: write LAC %d of ledger %d: %w", addr, lac, ledgerID, err)
+		}
+		done(err)
+	})
+}
+
 // Read reads one entry, or with entryID -1 the bookie's LAC for the ledger (in
 // Entry.LastAddConfirmed). With fence, the bookie fences the ledger first.
 func (c *Client) Read(ctx context.Context, addr string, ledgerID, entryID int64, fence bool) (Entry, error) {

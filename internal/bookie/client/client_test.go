@@ -310,6 +310,92 @@ func TestLongPollRead(t *testing.T) {
 	}
 }
 
+// writeLac sends an explicit LAC and waits for its outcome.
+func writeLac(t *testing.T, c *client.Client, addr string, ledgerID, lac int64) error {
+	t.Helper()
+	done := make(chan error, 1)
+	c.WriteLacAsync(addr, ledgerID, lac, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(testDeadline):
+		t.Fatalf("write LAC %d of ledger %d: no outcome within %v", lac, ledgerID, testDeadline)
+		return nil
+	}
+}
+
+// TestWriteLacAsync: an explicit LAC follows the ledger's adds on their connection, raises
+// the bookie's LAC, wakes a long poll that no add would, and maps the bookie's refusals.
+func TestWriteLacAsync(t *testing.T) {
+	b := startBookie(t, server.Config{})
+	c := newClient(t, client.Config{})
+	ctx := testContext(t)
+	if err := writeLac(t, c, b.addr, 3, 0); !errors.Is(err, client.ErrNoSuchLedger) {
+		t.Fatalf("write LAC of a ledger the bookie does not hold: %v, want ErrNoSuchLedger", err)
+	}
+
+	// Sent right behind two adds, without waiting for them: it reaches the bookie after
+	// them (otherwise the ledger would not exist there yet), and raises the LAC to 1.
+	var adds asyncResults
+	for i := range int64(2) {
+		adds.add(c, b.addr, client.AddRequest{LedgerID: 3, EntryID: i, LastAddConfirmed: i - 1, Payload: payloadOf(3, i)})
+	}
+	if err := writeLac(t, c, b.addr, 3, 1); err != nil {
+		t.Fatalf("write LAC behind the adds: %v", err)
+	}
+	for _, err := range adds.wait(t) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e, err := c.Read(ctx, b.addr, 3, -1, false); err != nil || e.LastAddConfirmed != 1 {
+		t.Fatalf("LAC after the update: %+v, %v; want 1", e, err)
+	}
+
+	// A poll waiting at LAC 1 is not woken by the add of entry 2 (it carries LAC 1), only by
+	// the update that confirms entry 2; the poll's answer carries entry 2.
+	type pollResult struct {
+		lac   int64
+		entry *client.Entry
+		err   error
+	}
+	polled := make(chan pollResult, 1)
+	go func() {
+		lac, entry, err := c.LongPollRead(ctx, b.addr, 3, 1, time.Minute)
+		polled <- pollResult{lac, entry, err}
+	}()
+	if err := b.eng.WaitWatchers(ctx, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Add(ctx, b.addr, client.AddRequest{LedgerID: 3, EntryID: 2, LastAddConfirmed: 1, Payload: payloadOf(3, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeLac(t, c, b.addr, 3, 2); err != nil {
+		t.Fatal(err)
+	}
+	r := <-polled
+	if r.err != nil || r.lac != 2 || r.entry == nil || r.entry.EntryID != 2 || !bytes.Equal(r.entry.Payload, payloadOf(3, 2)) {
+		t.Fatalf("long poll woken by the explicit LAC: %+v", r)
+	}
+	// An older LAC never lowers the bookie's.
+	if err := writeLac(t, c, b.addr, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if lac := b.eng.LAC(3); lac != 2 {
+		t.Fatalf("LAC %d after a lower update, want 2 kept", lac)
+	}
+
+	if _, err := c.Read(ctx, b.addr, 3, -1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeLac(t, c, b.addr, 3, 2); !errors.Is(err, client.ErrFenced) {
+		t.Fatalf("write LAC of a fenced ledger: %v, want ErrFenced", err)
+	}
+	if err := writeLac(t, c, b.addr, 3, -2); !errors.Is(err, client.ErrBadRequest) {
+		t.Fatalf("write LAC -2: %v, want ErrBadRequest", err)
+	}
+}
+
 func TestBatchReadDeleteInfo(t *testing.T) {
 	b := startBookie(t, server.Config{})
 	c := newClient(t, client.Config{})

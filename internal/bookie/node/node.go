@@ -310,6 +310,10 @@ func (a engineAdapter) WatchLAC(ledgerID, previousLAC int64, notify func(int64))
 	return a.e.WatchLAC(ledgerID, previousLAC, notify)
 }
 
+func (a engineAdapter) WriteLAC(ledgerID, lac int64) (int64, error) {
+	return a.e.WriteLAC(ledgerID, lac)
+}
+
 func (a engineAdapter) DeleteLedger(ledgerID int64) error { return a.e.DeleteLedger(ledgerID) }
 
 func (a engineAdapter) Info() (uint64, uint64, bool) { return a.e.Info() }

@@ -199,14 +199,16 @@ func kindOf(req *wire.Request) requestKind {
 		return kindBatchRead
 	case *wire.Request_DeleteLedger:
 		return kindDeleteLedger
+	case *wire.Request_WriteLac:
+		return kindWriteLac
 	default: // *wire.Request_Info; FrameReader admits no other body
 		return kindInfo
 	}
 }
 
 // dispatch starts one decoded request. It runs on the reader goroutine, so it must not
-// block: engine calls that may wait on disk go to a worker; adds go straight to the engine,
-// which keeps a connection's adds in arrival order.
+// block: engine calls that may wait on disk go to a worker; adds and LAC updates go straight
+// to the engine, which keeps them in a connection's arrival order.
 func (c *conn) dispatch(req *wire.Request, received time.Time) {
 	id, kind := req.GetRequestId(), kindOf(req)
 	if r := req.GetAdd(); r != nil {
@@ -243,6 +245,14 @@ func (c *conn) dispatch(req *wire.Request, received time.Time) {
 				DeleteLedger: &wire.DeleteLedgerResponse{},
 			}}, err)
 		})
+	case *wire.Request_WriteLac:
+		// On the reader goroutine, like adds: the engine sees the update after every add
+		// that arrived before it on this connection (the writer sends it behind them).
+		r := body.WriteLac
+		lac, err := c.s.engine.WriteLAC(r.GetLedgerId(), r.GetLac())
+		c.respond(kind, received, true, c.answer(&wire.Response{RequestId: id, Body: &wire.Response_WriteLac{
+			WriteLac: &wire.WriteLacResponse{LedgerId: r.GetLedgerId(), LastAddConfirmed: lac},
+		}}, err))
 	case *wire.Request_Info:
 		free, total, readOnly := c.s.engine.Info()
 		c.respond(kind, received, true, &wire.Response{RequestId: id, Status: wire.Status_OK, Body: &wire.Response_Info{
@@ -300,6 +310,11 @@ func invalidReason(req *wire.Request) string {
 	case *wire.Request_DeleteLedger:
 		if id := body.DeleteLedger.GetLedgerId(); id < 0 {
 			return fmt.Sprintf("delete: invalid ledger id %d", id)
+		}
+	case *wire.Request_WriteLac:
+		r := body.WriteLac
+		if r.GetLedgerId() < 0 || r.GetLac() < -1 {
+			return fmt.Sprintf("write LAC: invalid ids: ledger %d, LAC %d", r.GetLedgerId(), r.GetLac())
 		}
 	}
 	return ""

@@ -17,6 +17,7 @@ const (
 	kindBatchRead
 	kindDeleteLedger
 	kindInfo
+	kindWriteLac
 	numKinds
 )
 
@@ -28,6 +29,7 @@ var kindNames = [numKinds]string{
 	kindBatchRead:    "batch_read",
 	kindDeleteLedger: "delete_ledger",
 	kindInfo:         "info",
+	kindWriteLac:     "write_lac",
 }
 
 func (k requestKind) String() string { return kindNames[k] }

@@ -61,6 +61,12 @@ type Engine interface {
 	// allowed to call back into the engine. cancel drops the watch; it is a no-op after
 	// notify was called, and must not be called from within notify.
 	WatchLAC(ledgerID, previousLAC int64, notify func(lac int64)) (cancel func(), err error)
+	// WriteLAC raises the ledger's LAC to lac without an entry (an idle writer's explicit
+	// LAC; never lowered), notifies the watches it satisfies, and returns the LAC afterwards.
+	// A fenced ledger fails with the engine's fenced error, a ledger it holds nothing of
+	// with its no-such-ledger error. It is called on the connection's reader goroutine, in
+	// arrival order with the connection's adds: it must not block.
+	WriteLAC(ledgerID, lac int64) (lastAddConfirmed int64, err error)
 	DeleteLedger(ledgerID int64) error
 	// Info is called on the connection's reader goroutine: it must not block.
 	Info() (free, total uint64, readOnly bool)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -125,6 +126,12 @@ func longPollReq(id uint64, ledger, previousLAC int64, timeout time.Duration) *w
 	}}}
 }
 
+func writeLacReq(id uint64, ledger, lac int64) *wire.Request {
+	return &wire.Request{RequestId: id, Body: &wire.Request_WriteLac{WriteLac: &wire.WriteLacRequest{
+		LedgerId: ledger, Lac: lac,
+	}}}
+}
+
 // TestRequestScript runs one request of each kind, in an order that exercises fencing, and
 // checks each status and the interesting body fields.
 func TestRequestScript(t *testing.T) {
@@ -155,6 +162,18 @@ func TestRequestScript(t *testing.T) {
 				t.Errorf("LAC %d, want 1", lac)
 			}
 		}},
+		{"write LAC", writeLacReq(30, 5, 2), wire.Status_OK, func(t *testing.T, resp *wire.Response) {
+			if w := resp.GetWriteLac(); w.GetLedgerId() != 5 || w.GetLastAddConfirmed() != 2 {
+				t.Errorf("write LAC response %v", w)
+			}
+		}},
+		{"write a lower LAC", writeLacReq(31, 5, 0), wire.Status_OK, func(t *testing.T, resp *wire.Response) {
+			if lac := resp.GetWriteLac().GetLastAddConfirmed(); lac != 2 {
+				t.Errorf("LAC %d after a lower update, want 2 kept", lac)
+			}
+		}},
+		{"write LAC of a missing ledger", writeLacReq(32, 99, 0), wire.Status_NO_SUCH_LEDGER, nil},
+		{"write LAC below -1", writeLacReq(33, 5, -2), wire.Status_BAD_REQUEST, nil},
 		{"missing entry", readReq(6, 5, 9, false), wire.Status_NO_SUCH_ENTRY, nil},
 		{"missing ledger", readReq(7, 99, 0, false), wire.Status_NO_SUCH_LEDGER, nil},
 		{"batch read", &wire.Request{RequestId: 8, Body: &wire.Request_BatchRead{BatchRead: &wire.BatchReadRequest{
@@ -165,12 +184,14 @@ func TestRequestScript(t *testing.T) {
 				t.Errorf("batch read %v", got)
 			}
 		}},
+		// The LAC the explicit update raised: the writer confirmed entry 2.
 		{"fence and read LAC", readReq(9, 5, -1, true), wire.Status_OK, func(t *testing.T, resp *wire.Response) {
-			if r := resp.GetRead(); r.GetLastAddConfirmed() != 1 || r.GetEntryId() != -1 {
+			if r := resp.GetRead(); r.GetLastAddConfirmed() != 2 || r.GetEntryId() != -1 {
 				t.Errorf("fence response %v", r)
 			}
 		}},
 		{"add after fence", addReq(10, 5, 3, 2, "three"), wire.Status_FENCED, nil},
+		{"write LAC after fence", writeLacReq(34, 5, 2), wire.Status_FENCED, nil},
 		{"recovery add after fence", &wire.Request{RequestId: 11, Body: &wire.Request_Add{Add: &wire.AddRequest{
 			LedgerId: 5, EntryId: 3, LastAddConfirmed: 2, Recovery: true, Payload: []byte("three"),
 		}}}, wire.Status_OK, nil},
@@ -421,6 +442,32 @@ func TestLongPoll(t *testing.T) {
 	rc.nc.Close()
 	if err := eng.WaitWatchers(ctx, 3, 0); err != nil {
 		t.Fatalf("watch not cancelled after the connection closed: %v", err)
+	}
+}
+
+// TestLongPollWokenByWriteLac: a poll at the LAC of an idle writer's last add is answered,
+// with the entry, by the writer's explicit LAC, which arrives on another connection.
+func TestLongPollWokenByWriteLac(t *testing.T) {
+	eng := memengine.New()
+	addr, _ := startServer(t, server.Config{}, eng)
+	writer, reader := dialRaw(t, addr), dialRaw(t, addr)
+	for i := range int64(2) {
+		if resp := writer.call(addReq(uint64(i), 3, i, i-1, fmt.Sprintf("e%d", i))); resp.GetStatus() != wire.Status_OK {
+			t.Fatal(resp)
+		}
+	}
+	// LAC is 0: entry 1 is stored, and no add will ever say it is confirmed.
+	reader.send(longPollReq(10, 3, 0, time.Minute))
+	if err := eng.WaitWatchers(testContext(t), 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	if resp := writer.call(writeLacReq(2, 3, 1)); resp.GetStatus() != wire.Status_OK {
+		t.Fatalf("write LAC: %v", resp)
+	}
+	resp := reader.recv()
+	if lp := resp.GetLongPollRead(); resp.GetStatus() != wire.Status_OK || lp.GetLastAddConfirmed() != 1 ||
+		!lp.GetHasEntry() || lp.GetEntry().GetEntryId() != 1 || string(lp.GetEntry().GetPayload()) != "e1" {
+		t.Fatalf("poll after the explicit LAC: %v", resp)
 	}
 }
 

@@ -164,7 +164,7 @@ func (fr *FrameReader) unmarshalResponse(body []byte) (*Response, error) {
 func ValidateRequest(req *Request) error {
 	switch req.GetBody().(type) {
 	case *Request_Add, *Request_Read, *Request_LongPollRead, *Request_BatchRead,
-		*Request_DeleteLedger, *Request_Info:
+		*Request_DeleteLedger, *Request_Info, *Request_WriteLac:
 		return nil
 	case nil:
 		return fmt.Errorf("%w: request %d has no body of a known type", ErrMalformed, req.GetRequestId())

@@ -35,6 +35,8 @@ func sampleRequests() []*Request {
 		{RequestId: 8, Body: &Request_DeleteLedger{DeleteLedger: &DeleteLedgerRequest{LedgerId: 7}}},
 		{RequestId: 0, Body: &Request_Info{Info: &InfoRequest{}}},
 		{RequestId: 1<<64 - 1, Body: &Request_Info{Info: &InfoRequest{}}},
+		{RequestId: 9, Body: &Request_WriteLac{WriteLac: &WriteLacRequest{LedgerId: 7, Lac: 12}}},
+		{RequestId: 10, Body: &Request_WriteLac{WriteLac: &WriteLacRequest{LedgerId: 1<<62 + 3, Lac: -1}}},
 	}
 }
 
@@ -57,6 +59,8 @@ func sampleResponses() []*Response {
 			FreeBytes: 1 << 40, TotalBytes: 1 << 41, ReadOnly: true,
 		}}},
 		{RequestId: 8, Status: Status(99)}, // a status from a newer bookie
+		{RequestId: 9, Status: Status_OK, Body: &Response_WriteLac{WriteLac: &WriteLacResponse{LedgerId: 7, LastAddConfirmed: 12}}},
+		{RequestId: 10, Status: Status_FENCED, ErrorMessage: "write LAC of ledger 7: fenced"},
 	}
 }
 

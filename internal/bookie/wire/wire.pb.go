@@ -117,6 +117,7 @@ type Request struct {
 	//	*Request_BatchRead
 	//	*Request_DeleteLedger
 	//	*Request_Info
+	//	*Request_WriteLac
 	Body          isRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -220,6 +221,15 @@ func (x *Request) GetInfo() *InfoRequest {
 	return nil
 }
 
+func (x *Request) GetWriteLac() *WriteLacRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_WriteLac); ok {
+			return x.WriteLac
+		}
+	}
+	return nil
+}
+
 type isRequest_Body interface {
 	isRequest_Body()
 }
@@ -248,6 +258,10 @@ type Request_Info struct {
 	Info *InfoRequest `protobuf:"bytes,7,opt,name=info,proto3,oneof"`
 }
 
+type Request_WriteLac struct {
+	WriteLac *WriteLacRequest `protobuf:"bytes,8,opt,name=write_lac,json=writeLac,proto3,oneof"`
+}
+
 func (*Request_Add) isRequest_Body() {}
 
 func (*Request_Read) isRequest_Body() {}
@@ -259,6 +273,8 @@ func (*Request_BatchRead) isRequest_Body() {}
 func (*Request_DeleteLedger) isRequest_Body() {}
 
 func (*Request_Info) isRequest_Body() {}
+
+func (*Request_WriteLac) isRequest_Body() {}
 
 // Write one entry. Acknowledged (status OK) only once the entry is durable in the journal.
 type AddRequest struct {
@@ -614,6 +630,68 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{6}
 }
 
+// Raise the ledger's LAC on this bookie to lac, without an entry: the explicit LAC of an idle
+// writer (BookKeeper's WriteLac). A writer carries its LAC on every add, so a bookie learns
+// that the last entry is confirmed only from the next add; a writer that goes quiet sends this
+// instead, so that tailing readers (LongPollReadRequest) see its last entry. Sent on the
+// ledger's connection, after the ledger's adds. The bookie never lowers its LAC, wakes the
+// ledger's long polls, and answers FENCED for a fenced ledger and NO_SUCH_LEDGER for one it
+// holds nothing of. It does not make the LAC durable: after a restart the bookie may report
+// the older LAC its adds carried (a reader then waits for the writer's next add or update).
+type WriteLacRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	// The writer's LAC: entries up to it are acknowledged. Never above what the writer has
+	// acknowledged; -1 changes nothing.
+	Lac           int64 `protobuf:"varint,2,opt,name=lac,proto3" json:"lac,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteLacRequest) Reset() {
+	*x = WriteLacRequest{}
+	mi := &file_wire_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteLacRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteLacRequest) ProtoMessage() {}
+
+func (x *WriteLacRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteLacRequest.ProtoReflect.Descriptor instead.
+func (*WriteLacRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WriteLacRequest) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *WriteLacRequest) GetLac() int64 {
+	if x != nil {
+		return x.Lac
+	}
+	return 0
+}
+
 type Response struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -628,6 +706,7 @@ type Response struct {
 	//	*Response_BatchRead
 	//	*Response_DeleteLedger
 	//	*Response_Info
+	//	*Response_WriteLac
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -635,7 +714,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +726,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +739,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{7}
+	return file_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Response) GetRequestId() uint64 {
@@ -745,6 +824,15 @@ func (x *Response) GetInfo() *InfoResponse {
 	return nil
 }
 
+func (x *Response) GetWriteLac() *WriteLacResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Response_WriteLac); ok {
+			return x.WriteLac
+		}
+	}
+	return nil
+}
+
 type isResponse_Body interface {
 	isResponse_Body()
 }
@@ -773,6 +861,10 @@ type Response_Info struct {
 	Info *InfoResponse `protobuf:"bytes,9,opt,name=info,proto3,oneof"`
 }
 
+type Response_WriteLac struct {
+	WriteLac *WriteLacResponse `protobuf:"bytes,10,opt,name=write_lac,json=writeLac,proto3,oneof"`
+}
+
 func (*Response_Add) isResponse_Body() {}
 
 func (*Response_Read) isResponse_Body() {}
@@ -785,6 +877,8 @@ func (*Response_DeleteLedger) isResponse_Body() {}
 
 func (*Response_Info) isResponse_Body() {}
 
+func (*Response_WriteLac) isResponse_Body() {}
+
 type AddResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -795,7 +889,7 @@ type AddResponse struct {
 
 func (x *AddResponse) Reset() {
 	*x = AddResponse{}
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +901,7 @@ func (x *AddResponse) String() string {
 func (*AddResponse) ProtoMessage() {}
 
 func (x *AddResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +914,7 @@ func (x *AddResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddResponse.ProtoReflect.Descriptor instead.
 func (*AddResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{8}
+	return file_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddResponse) GetLedgerId() int64 {
@@ -849,7 +943,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +955,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +968,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{9}
+	return file_wire_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadResponse) GetLedgerId() int64 {
@@ -917,7 +1011,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1023,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1036,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{10}
+	return file_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Entry) GetLedgerId() int64 {
@@ -986,7 +1080,7 @@ type LongPollReadResponse struct {
 
 func (x *LongPollReadResponse) Reset() {
 	*x = LongPollReadResponse{}
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1092,7 @@ func (x *LongPollReadResponse) String() string {
 func (*LongPollReadResponse) ProtoMessage() {}
 
 func (x *LongPollReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1105,7 @@ func (x *LongPollReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LongPollReadResponse.ProtoReflect.Descriptor instead.
 func (*LongPollReadResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{11}
+	return file_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LongPollReadResponse) GetLastAddConfirmed() int64 {
@@ -1044,7 +1138,7 @@ type BatchReadResponse struct {
 
 func (x *BatchReadResponse) Reset() {
 	*x = BatchReadResponse{}
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1150,7 @@ func (x *BatchReadResponse) String() string {
 func (*BatchReadResponse) ProtoMessage() {}
 
 func (x *BatchReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1163,7 @@ func (x *BatchReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchReadResponse.ProtoReflect.Descriptor instead.
 func (*BatchReadResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{12}
+	return file_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchReadResponse) GetEntries() []*Entry {
@@ -1087,7 +1181,7 @@ type DeleteLedgerResponse struct {
 
 func (x *DeleteLedgerResponse) Reset() {
 	*x = DeleteLedgerResponse{}
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1193,7 @@ func (x *DeleteLedgerResponse) String() string {
 func (*DeleteLedgerResponse) ProtoMessage() {}
 
 func (x *DeleteLedgerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1206,60 @@ func (x *DeleteLedgerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLedgerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLedgerResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{13}
+	return file_wire_proto_rawDescGZIP(), []int{14}
+}
+
+type WriteLacResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	// The bookie's LAC for the ledger after the update: at least the lac sent.
+	LastAddConfirmed int64 `protobuf:"varint,2,opt,name=last_add_confirmed,json=lastAddConfirmed,proto3" json:"last_add_confirmed,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *WriteLacResponse) Reset() {
+	*x = WriteLacResponse{}
+	mi := &file_wire_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteLacResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteLacResponse) ProtoMessage() {}
+
+func (x *WriteLacResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteLacResponse.ProtoReflect.Descriptor instead.
+func (*WriteLacResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WriteLacResponse) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *WriteLacResponse) GetLastAddConfirmed() int64 {
+	if x != nil {
+		return x.LastAddConfirmed
+	}
+	return 0
 }
 
 type InfoResponse struct {
@@ -1126,7 +1273,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1285,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1298,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{14}
+	return file_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InfoResponse) GetFreeBytes() uint64 {
@@ -1180,7 +1327,7 @@ var File_wire_proto protoreflect.FileDescriptor
 const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"wire.proto\x12\x0fquire.bookie.v1\"\xa8\x03\n" +
+	"wire.proto\x12\x0fquire.bookie.v1\"\xe9\x03\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
@@ -1190,7 +1337,8 @@ const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"batch_read\x18\x05 \x01(\v2!.quire.bookie.v1.BatchReadRequestH\x00R\tbatchRead\x12K\n" +
 	"\rdelete_ledger\x18\x06 \x01(\v2$.quire.bookie.v1.DeleteLedgerRequestH\x00R\fdeleteLedger\x122\n" +
-	"\x04info\x18\a \x01(\v2\x1c.quire.bookie.v1.InfoRequestH\x00R\x04infoB\x06\n" +
+	"\x04info\x18\a \x01(\v2\x1c.quire.bookie.v1.InfoRequestH\x00R\x04info\x12?\n" +
+	"\twrite_lac\x18\b \x01(\v2 .quire.bookie.v1.WriteLacRequestH\x00R\bwriteLacB\x06\n" +
 	"\x04body\"\xa8\x01\n" +
 	"\n" +
 	"AddRequest\x12\x1b\n" +
@@ -1216,7 +1364,10 @@ const file_wire_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x04 \x01(\rR\bmaxBytes\"2\n" +
 	"\x13DeleteLedgerRequest\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\"\r\n" +
-	"\vInfoRequest\"\x85\x04\n" +
+	"\vInfoRequest\"@\n" +
+	"\x0fWriteLacRequest\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x10\n" +
+	"\x03lac\x18\x02 \x01(\x03R\x03lac\"\xc7\x04\n" +
 	"\bResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
@@ -1228,7 +1379,9 @@ const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"batch_read\x18\a \x01(\v2\".quire.bookie.v1.BatchReadResponseH\x00R\tbatchRead\x12L\n" +
 	"\rdelete_ledger\x18\b \x01(\v2%.quire.bookie.v1.DeleteLedgerResponseH\x00R\fdeleteLedger\x123\n" +
-	"\x04info\x18\t \x01(\v2\x1d.quire.bookie.v1.InfoResponseH\x00R\x04infoB\x06\n" +
+	"\x04info\x18\t \x01(\v2\x1d.quire.bookie.v1.InfoResponseH\x00R\x04info\x12@\n" +
+	"\twrite_lac\x18\n" +
+	" \x01(\v2!.quire.bookie.v1.WriteLacResponseH\x00R\bwriteLacB\x06\n" +
 	"\x04body\"E\n" +
 	"\vAddResponse\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x19\n" +
@@ -1249,7 +1402,10 @@ const file_wire_proto_rawDesc = "" +
 	"\x05entry\x18\x03 \x01(\v2\x16.quire.bookie.v1.EntryR\x05entry\"E\n" +
 	"\x11BatchReadResponse\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.quire.bookie.v1.EntryR\aentries\"\x16\n" +
-	"\x14DeleteLedgerResponse\"k\n" +
+	"\x14DeleteLedgerResponse\"]\n" +
+	"\x10WriteLacResponse\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12,\n" +
+	"\x12last_add_confirmed\x18\x02 \x01(\x03R\x10lastAddConfirmed\"k\n" +
 	"\fInfoResponse\x12\x1d\n" +
 	"\n" +
 	"free_bytes\x18\x01 \x01(\x04R\tfreeBytes\x12\x1f\n" +
@@ -1284,7 +1440,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_wire_proto_goTypes = []any{
 	(Status)(0),                  // 0: quire.bookie.v1.Status
 	(*Request)(nil),              // 1: quire.bookie.v1.Request
@@ -1294,14 +1450,16 @@ var file_wire_proto_goTypes = []any{
 	(*BatchReadRequest)(nil),     // 5: quire.bookie.v1.BatchReadRequest
 	(*DeleteLedgerRequest)(nil),  // 6: quire.bookie.v1.DeleteLedgerRequest
 	(*InfoRequest)(nil),          // 7: quire.bookie.v1.InfoRequest
-	(*Response)(nil),             // 8: quire.bookie.v1.Response
-	(*AddResponse)(nil),          // 9: quire.bookie.v1.AddResponse
-	(*ReadResponse)(nil),         // 10: quire.bookie.v1.ReadResponse
-	(*Entry)(nil),                // 11: quire.bookie.v1.Entry
-	(*LongPollReadResponse)(nil), // 12: quire.bookie.v1.LongPollReadResponse
-	(*BatchReadResponse)(nil),    // 13: quire.bookie.v1.BatchReadResponse
-	(*DeleteLedgerResponse)(nil), // 14: quire.bookie.v1.DeleteLedgerResponse
-	(*InfoResponse)(nil),         // 15: quire.bookie.v1.InfoResponse
+	(*WriteLacRequest)(nil),      // 8: quire.bookie.v1.WriteLacRequest
+	(*Response)(nil),             // 9: quire.bookie.v1.Response
+	(*AddResponse)(nil),          // 10: quire.bookie.v1.AddResponse
+	(*ReadResponse)(nil),         // 11: quire.bookie.v1.ReadResponse
+	(*Entry)(nil),                // 12: quire.bookie.v1.Entry
+	(*LongPollReadResponse)(nil), // 13: quire.bookie.v1.LongPollReadResponse
+	(*BatchReadResponse)(nil),    // 14: quire.bookie.v1.BatchReadResponse
+	(*DeleteLedgerResponse)(nil), // 15: quire.bookie.v1.DeleteLedgerResponse
+	(*WriteLacResponse)(nil),     // 16: quire.bookie.v1.WriteLacResponse
+	(*InfoResponse)(nil),         // 17: quire.bookie.v1.InfoResponse
 }
 var file_wire_proto_depIdxs = []int32{
 	2,  // 0: quire.bookie.v1.Request.add:type_name -> quire.bookie.v1.AddRequest
@@ -1310,20 +1468,22 @@ var file_wire_proto_depIdxs = []int32{
 	5,  // 3: quire.bookie.v1.Request.batch_read:type_name -> quire.bookie.v1.BatchReadRequest
 	6,  // 4: quire.bookie.v1.Request.delete_ledger:type_name -> quire.bookie.v1.DeleteLedgerRequest
 	7,  // 5: quire.bookie.v1.Request.info:type_name -> quire.bookie.v1.InfoRequest
-	0,  // 6: quire.bookie.v1.Response.status:type_name -> quire.bookie.v1.Status
-	9,  // 7: quire.bookie.v1.Response.add:type_name -> quire.bookie.v1.AddResponse
-	10, // 8: quire.bookie.v1.Response.read:type_name -> quire.bookie.v1.ReadResponse
-	12, // 9: quire.bookie.v1.Response.long_poll_read:type_name -> quire.bookie.v1.LongPollReadResponse
-	13, // 10: quire.bookie.v1.Response.batch_read:type_name -> quire.bookie.v1.BatchReadResponse
-	14, // 11: quire.bookie.v1.Response.delete_ledger:type_name -> quire.bookie.v1.DeleteLedgerResponse
-	15, // 12: quire.bookie.v1.Response.info:type_name -> quire.bookie.v1.InfoResponse
-	11, // 13: quire.bookie.v1.LongPollReadResponse.entry:type_name -> quire.bookie.v1.Entry
-	11, // 14: quire.bookie.v1.BatchReadResponse.entries:type_name -> quire.bookie.v1.Entry
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	8,  // 6: quire.bookie.v1.Request.write_lac:type_name -> quire.bookie.v1.WriteLacRequest
+	0,  // 7: quire.bookie.v1.Response.status:type_name -> quire.bookie.v1.Status
+	10, // 8: quire.bookie.v1.Response.add:type_name -> quire.bookie.v1.AddResponse
+	11, // 9: quire.bookie.v1.Response.read:type_name -> quire.bookie.v1.ReadResponse
+	13, // 10: quire.bookie.v1.Response.long_poll_read:type_name -> quire.bookie.v1.LongPollReadResponse
+	14, // 11: quire.bookie.v1.Response.batch_read:type_name -> quire.bookie.v1.BatchReadResponse
+	15, // 12: quire.bookie.v1.Response.delete_ledger:type_name -> quire.bookie.v1.DeleteLedgerResponse
+	17, // 13: quire.bookie.v1.Response.info:type_name -> quire.bookie.v1.InfoResponse
+	16, // 14: quire.bookie.v1.Response.write_lac:type_name -> quire.bookie.v1.WriteLacResponse
+	12, // 15: quire.bookie.v1.LongPollReadResponse.entry:type_name -> quire.bookie.v1.Entry
+	12, // 16: quire.bookie.v1.BatchReadResponse.entries:type_name -> quire.bookie.v1.Entry
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -1338,14 +1498,16 @@ func file_wire_proto_init() {
 		(*Request_BatchRead)(nil),
 		(*Request_DeleteLedger)(nil),
 		(*Request_Info)(nil),
+		(*Request_WriteLac)(nil),
 	}
-	file_wire_proto_msgTypes[7].OneofWrappers = []any{
+	file_wire_proto_msgTypes[8].OneofWrappers = []any{
 		(*Response_Add)(nil),
 		(*Response_Read)(nil),
 		(*Response_LongPollRead)(nil),
 		(*Response_BatchRead)(nil),
 		(*Response_DeleteLedger)(nil),
 		(*Response_Info)(nil),
+		(*Response_WriteLac)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1353,7 +1515,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -36,6 +36,11 @@ type Config struct {
 	// RequestTimeoutTicks and RetryTicks are passed to the cores (defaults 30 and 5).
 	RequestTimeoutTicks int
 	RetryTicks          int
+	// ExplicitLacTicks is the writers' ledger.WriterConfig.ExplicitLacTicks:
+	// after this many ticks without an add, a writer sends its LAC to its
+	// bookies so that tailing readers (WaitLAC) see its last entry. Default
+	// DefaultExplicitLacTicks; negative turns it off.
+	ExplicitLacTicks int
 	// MaxInFlight bounds each writer's entries added and not yet
 	// acknowledged (default DefaultMaxInFlight); an Add beyond it fails
 	// with ledger.ErrTooManyInFlight. See Client.MaxInFlight.
@@ -48,6 +53,11 @@ type Config struct {
 
 // DefaultMaxInFlight is Config.MaxInFlight's default.
 const DefaultMaxInFlight = 1000
+
+// DefaultExplicitLacTicks is Config.ExplicitLacTicks's default: 1 s at the
+// default 100 ms tick (BookKeeper's explicitLacInterval is off by default;
+// a managed ledger's tail consumers need it, so here it is on).
+const DefaultExplicitLacTicks = 10
 
 // Client creates, writes, recovers and reads ledgers.
 type Client struct {
@@ -72,6 +82,12 @@ func New(cfg Config) *Client {
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	switch {
+	case cfg.ExplicitLacTicks == 0:
+		cfg.ExplicitLacTicks = DefaultExplicitLacTicks
+	case cfg.ExplicitLacTicks < 0:
+		cfg.ExplicitLacTicks = 0 // the core's "off"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -148,7 +164,8 @@ func (c *Client) Create(ctx context.Context, ensembleSize, writeQuorum, ackQuoru
 		return nil, fmt.Errorf("create ledger %d: %w", id, err)
 	}
 	core, err := ledger.NewWriter(ledger.WriterConfig{Metadata: md, Version: v, Cluster: cluster, MaxInFlight: c.cfg.MaxInFlight,
-		RequestTimeoutTicks: c.cfg.RequestTimeoutTicks, RetryTicks: c.cfg.RetryTicks, Mutants: c.cfg.Mutants})
+		RequestTimeoutTicks: c.cfg.RequestTimeoutTicks, RetryTicks: c.cfg.RetryTicks, ExplicitLacTicks: c.cfg.ExplicitLacTicks,
+		Mutants: c.cfg.Mutants})
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +203,15 @@ func (c *Client) send(req ledger.Request, deliver func(ledger.Response)) {
 			LastAddConfirmed: req.LastAddConfirmed, Recovery: req.Recovery, Payload: req.Payload}, func(err error) {
 			if err != nil {
 				c.log.Debug("add failed", "bookie", req.To, "entry", req.EntryID, "err", err)
+			}
+			deliver(ledger.Response{ID: req.ID, From: req.To, Status: statusOf(err)})
+		})
+	case ledger.RequestWriteLac:
+		// On the ledger's connection, so it reaches the bookie after the
+		// ledger's adds sent before it.
+		c.cfg.Bookies.WriteLacAsync(addr, req.LedgerID, req.LastAddConfirmed, func(err error) {
+			if err != nil {
+				c.log.Debug("explicit LAC failed", "bookie", req.To, "lac", req.LastAddConfirmed, "err", err)
 			}
 			deliver(ledger.Response{ID: req.ID, From: req.To, Status: statusOf(err)})
 		})

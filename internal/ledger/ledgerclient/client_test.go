@@ -49,9 +49,17 @@ func startCluster(t *testing.T, zones ...string) *cluster {
 
 func (c *cluster) client(t *testing.T, name string) *Client {
 	t.Helper()
+	return c.clientWith(t, name, func(*Config) {})
+}
+
+// clientWith is client with changes to its configuration.
+func (c *cluster) clientWith(t *testing.T, name string, change func(*Config)) *Client {
+	t.Helper()
 	bc := client.New(client.Config{Logger: quiet, RedialBackoffMin: 10 * time.Millisecond, RedialBackoffMax: 50 * time.Millisecond})
 	t.Cleanup(bc.Close)
-	return New(Config{Store: c.srv.NewClient(), Bookies: bc, Tick: 10 * time.Millisecond, RequestTimeoutTicks: 50, Name: name, Logger: quiet})
+	cfg := Config{Store: c.srv.NewClient(), Bookies: bc, Tick: 10 * time.Millisecond, RequestTimeoutTicks: 50, Name: name, Logger: quiet}
+	change(&cfg)
+	return New(cfg)
 }
 
 func payload(i int) []byte {
@@ -230,7 +238,8 @@ func TestTailReadByLongPoll(t *testing.T) {
 		t.Fatalf("poll on an empty ledger: %v", err)
 	}
 	// The writer appends in the background, one at a time (so each add
-	// carries the previous entry's LAC), while the reader tails.
+	// carries the previous entry's LAC), while the reader tails. The last
+	// entry's LAC comes from the writer's explicit LAC once it is idle.
 	written := make(chan struct{})
 	defer func() { <-written }()
 	go func() {
@@ -243,7 +252,7 @@ func TestTailReadByLongPoll(t *testing.T) {
 		}
 	}()
 	lac, next := int64(-1), int64(0)
-	for next < 49 { // the last entry's LAC rides on an add that never comes
+	for next < 50 {
 		got, err := reader.WaitLAC(ctx, md, lac, 5*time.Second)
 		if err != nil {
 			t.Fatalf("tail after LAC %d: %v", lac, err)
@@ -262,6 +271,63 @@ func TestTailReadByLongPoll(t *testing.T) {
 			}
 		}
 		next = lac + 1
+	}
+}
+
+// TestTailSeesIdleWritersLastEntry: a writer appends and stops. A tailing
+// reader long-polls for the LAC after the last entry's add: with explicit
+// LAC (the default) it gets it within a bounded wait and reads the entry;
+// without, the LAC stays one behind for as long as the writer stays quiet.
+func TestTailSeesIdleWritersLastEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		explicitLacTicks int // 0: the default
+	}{{"explicit LAC", 0}, {"no explicit LAC", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startCluster(t, "a", "b", "c")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			writer := c.clientWith(t, "w", func(cfg *Config) { cfg.ExplicitLacTicks = tc.explicitLacTicks })
+			w, err := writer.Create(ctx, 3, 3, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const entries = 5
+			for i := range entries {
+				if _, err := w.Append(ctx, payload(i)); err != nil {
+					t.Fatalf("append %d: %v", i, err)
+				}
+			}
+			// Every entry is acknowledged; the last add carried LAC entries-2.
+			reader := c.client(t, "tail")
+			md, _, err := reader.ReadMetadata(ctx, w.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.explicitLacTicks < 0 {
+				// Ten times the default explicit LAC period: long enough that a
+				// writer sending it would have.
+				lac, err := reader.WaitLAC(ctx, md, entries-2, 1*time.Second)
+				if !errors.Is(err, ErrNoNewEntries) {
+					t.Fatalf("without explicit LAC the tail saw LAC %d (%v); want it stuck at %d", lac, err, entries-2)
+				}
+			} else {
+				// The default is 10 ticks of 10 ms of quiet; the poll allows 50 times that.
+				start := time.Now()
+				lac, err := reader.WaitLAC(ctx, md, entries-2, 5*time.Second)
+				if err != nil || lac != entries-1 {
+					t.Fatalf("tail after LAC %d: LAC %d, %v; want %d", entries-2, lac, err, entries-1)
+				}
+				t.Logf("the idle writer's last entry became visible after %v", time.Since(start))
+				got, err := reader.Read(ctx, md, entries-1, lac)
+				if err != nil || len(got) != 1 || !bytes.Equal(got[0], payload(entries-1)) {
+					t.Fatalf("read the last entry: %q, %v", got, err)
+				}
+			}
+			if err := w.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

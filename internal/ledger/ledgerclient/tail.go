@@ -22,7 +22,8 @@ var ErrEntryTooLarge = errors.New("ledger: entry larger than a bookie frame")
 // the first (highest seen) answer. Entries up to the returned LAC are
 // acknowledged and readable with Read, even while the ledger is open. A
 // writer carries its LAC on its next add, so the LAC trails the newest
-// acknowledged entry by one until the writer adds again or closes.
+// acknowledged entry by one until the writer adds again, closes, or (after
+// Config.ExplicitLacTicks of quiet) sends its LAC on its own.
 func (c *Client) WaitLAC(ctx context.Context, md ledger.Metadata, previous int64, timeout time.Duration) (int64, error) {
 	ensemble := md.Fragments[len(md.Fragments)-1].Ensemble
 	if !c.knows(ensemble) {

@@ -4,7 +4,8 @@
 // the engine's state without sleeping.
 //
 // Semantics follow a bookie's: a ledger appears with its first add or fence; its LAC is the
-// highest LAC carried by an add; once fenced it rejects non-recovery adds.
+// highest LAC carried by an add or written by WriteLAC; once fenced it rejects non-recovery
+// adds and LAC updates.
 package memengine
 
 import (
@@ -204,6 +205,38 @@ func (e *Engine) WatchLAC(ledgerID, previousLAC int64, notify func(int64)) (func
 		delete(l.watches, w)
 		e.changedLocked()
 	}, nil
+}
+
+// WriteLAC raises the ledger's LAC (never lowers it) and wakes the watches it satisfies.
+func (e *Engine) WriteLAC(ledgerID, lac int64) (int64, error) {
+	e.mu.Lock()
+	l := e.ledgerLocked(ledgerID, false)
+	switch {
+	case l == nil:
+		e.mu.Unlock()
+		return 0, fmt.Errorf("write LAC of ledger %d: %w", ledgerID, wire.ErrNoSuchLedger)
+	case l.fenced:
+		e.mu.Unlock()
+		return 0, fmt.Errorf("write LAC of ledger %d: %w", ledgerID, wire.ErrFenced)
+	}
+	notify := e.advanceLocked(ledgerID, lac)
+	after := l.lac
+	e.changedLocked()
+	e.mu.Unlock()
+	for _, n := range notify {
+		n()
+	}
+	return after, nil
+}
+
+// LAC reports the ledger's LAC, or -1 when the engine has no such ledger.
+func (e *Engine) LAC(ledgerID int64) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l := e.ledgers[ledgerID]; l != nil {
+		return l.lac
+	}
+	return -1
 }
 
 func (e *Engine) DeleteLedger(ledgerID int64) error {
