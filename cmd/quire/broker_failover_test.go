@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"quire/internal/meta"
+	"quire/internal/testutil"
 )
 
 // TestBrokerFailover runs etcd, three bookie processes and two broker
@@ -44,7 +45,7 @@ func TestZombieBrokerIsFenced(t *testing.T) {
 		// Until the other broker owns every bundle (the victim's session
 		// expired and its bundles moved).
 		m := "--meta-endpoints=" + strings.TrimPrefix(endpoint, "http://")
-		waitFor(t, "the other broker to take every bundle", 30*time.Second, func() bool {
+		testutil.WaitForWithin(t, 30*time.Second, "the other broker to take every bundle", func() bool {
 			out := runAdmin(t, "namespaces", "bundles", "public/default", m)
 			return strings.Count(out, "broker ") == 4 && !strings.Contains(out, victimTag(victim))
 		})
@@ -162,13 +163,13 @@ func runBrokerDisruption(t *testing.T, what string, resumeLimit time.Duration, d
 		defer mu.Unlock()
 		return len(acked)
 	}
-	waitFor(t, "2,000 acks before the disruption", 60*time.Second, func() bool { return count() >= 2000 })
+	testutil.WaitForWithin(t, 60*time.Second, "2,000 acks before the disruption", func() bool { return count() >= 2000 })
 	mu.Lock()
 	killedAt = time.Now()
 	mu.Unlock()
 	disrupt(t, brokers[victim], endpoint)
 	before := count()
-	waitFor(t, "production to resume on the surviving broker", 60*time.Second, func() bool {
+	testutil.WaitForWithin(t, 60*time.Second, "production to resume on the surviving broker", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return firstAfterKill > 0 && len(acked) >= before+2000
@@ -212,7 +213,7 @@ func checkReadBack[V any](t *testing.T, ctx context.Context, addr, topic string,
 		t.Fatal(err)
 	}
 	defer cons.Close()
-	waitFor(t, "the broker to answer", 30*time.Second, func() bool { return cons.Ping(ctx) == nil })
+	testutil.WaitForWithin(t, 30*time.Second, "the broker to answer", func() bool { return cons.Ping(ctx) == nil })
 	ends, err := kadm.NewClient(cons).ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func waitBrokers(t *testing.T, endpoint string, n int, procs map[int32]*quirePro
 		t.Fatal(err)
 	}
 	defer store.Close()
-	waitFor(t, "brokers to register", 30*time.Second, func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "brokers to register", func() bool {
 		for id, p := range procs {
 			select {
 			case err := <-p.exited:
@@ -282,19 +283,6 @@ func waitBrokers(t *testing.T, endpoint string, n int, procs map[int32]*quirePro
 		res, err := store.List(context.Background(), "/quire/brokers/", meta.ListOptions{})
 		return err == nil && len(res.KVs) == n
 	})
-}
-
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		<-tick.C
-	}
 }
 
 // produceAndCommit writes n records (values "r0".."r<n-1>") to a new
@@ -374,7 +362,7 @@ func TestStandaloneKilledKeepsAckedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	waitFor(t, "the standalone to serve Kafka", 30*time.Second, func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "the standalone to serve Kafka", func() bool {
 		select {
 		case err := <-p.exited:
 			t.Fatalf("standalone exited: %v\n%s", err, p.output)
@@ -406,7 +394,7 @@ func TestStandaloneKilledKeepsAckedRecords(t *testing.T) {
 			})
 		}
 	}()
-	waitFor(t, "3,000 acks", 60*time.Second, func() bool {
+	testutil.WaitForWithin(t, 60*time.Second, "3,000 acks", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(acked) >= 3000

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"quire/internal/kafka"
+	"quire/internal/testutil"
 )
 
 func produceRequest(version int16, topic string, partition int32, records []byte) *kmsg.ProduceRequest {
@@ -160,7 +161,7 @@ func TestPipelining(t *testing.T) {
 	meta := kmsg.NewPtrMetadataRequest()
 	meta.Version = 12
 	c1, c2, c3 := conn.send(first), conn.send(second), conn.send(meta)
-	waitFor(t, func() bool { return part.HighWatermark() == 5 }, "both produces appended while the first is unanswered")
+	testutil.WaitFor(t, "both produces appended while the first is unanswered", func() bool { return part.HighWatermark() == 5 })
 	release()
 	if code, base := produceCode(t, conn.recv(first, c1)); code != 0 || base != 0 {
 		t.Fatalf("first: code %d base %d", code, base)

@@ -205,15 +205,3 @@ func buildBatch(n int, value string, ts int64) []byte {
 	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return raw
 }
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

@@ -19,6 +19,7 @@ import (
 
 	"quire/internal/kafka"
 	"quire/internal/kafka/kafkatest"
+	"quire/internal/testutil"
 )
 
 // TestHostileConnections opens raw connections that send garbage, truncated
@@ -102,7 +103,7 @@ func TestCloseWithLongPoll(t *testing.T) {
 	req := fetchRequest(11, "t", 0, 0)
 	req.MaxWaitMillis = 60_000
 	conn.send(req)
-	waitFor(t, func() bool { return c.backend.PartitionFor("t", 0).Waits() > 0 }, "the fetch to long-poll")
+	testutil.WaitFor(t, "the fetch to long-poll", func() bool { return c.backend.PartitionFor("t", 0).Waits() > 0 })
 	start := time.Now()
 	c.server.Close()
 	if took := time.Since(start); took > 5*time.Second {

@@ -15,6 +15,7 @@ import (
 
 	"quire/internal/catalog"
 	"quire/internal/meta"
+	"quire/internal/testutil"
 )
 
 // recorder collects a Cluster's ownership events.
@@ -125,24 +126,12 @@ func startMemBroker(t *testing.T, srv *meta.MemServer, o brokerOpts) *testBroker
 	return tb
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval, not a wait for the condition
-	}
-}
-
 // waitEventsMatch waits until the events delivered (asynchronously) to rec
 // add up to c.OwnedBundles, and returns the bundles held.
 func waitEventsMatch(t *testing.T, rec *recorder, c *Cluster) map[catalog.Bundle]bool {
 	t.Helper()
 	var held map[catalog.Bundle]bool
-	waitFor(t, 5*time.Second, "events match OwnedBundles", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "events match OwnedBundles", func() bool {
 		held, _, _ = rec.snapshot()
 		owned := c.OwnedBundles()
 		if len(held) != len(owned) {
@@ -198,7 +187,7 @@ func createNamespace(t *testing.T, a *catalog.Catalog, ns string, bundles int) [
 // waitBrokers waits until every cluster sees n live brokers.
 func waitBrokers(t *testing.T, n int, brokers ...*testBroker) {
 	t.Helper()
-	waitFor(t, 5*time.Second, fmt.Sprintf("%d brokers seen by all", n), func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, fmt.Sprintf("%d brokers seen by all", n), func() bool {
 		for _, b := range brokers {
 			if len(b.cluster.Brokers()) != n {
 				return false
@@ -303,13 +292,13 @@ func TestLookupAgrees(t *testing.T) {
 			t.Fatalf("partition %d owned by %d, rendezvous chose %d", i, r[0].ID, want)
 		}
 	}
-	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
+	testutil.WaitForWithin(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
 	for _, tb := range []*testBroker{a, b} {
 		if held := waitEventsMatch(t, tb.rec, tb.cluster); len(held) == 0 {
 			t.Fatalf("broker %d owns nothing", tb.cluster.Self().ID)
 		}
 		// OwnerOf (cache only) agrees once the watch caught up.
-		waitFor(t, 5*time.Second, "caches agree", func() bool {
+		testutil.WaitForWithin(t, 5*time.Second, "caches agree", func() bool {
 			for i := range 32 {
 				name := catalog.PartitionName(ns, "t", int32(i))
 				o, ok := tb.cluster.OwnerOf(name)
@@ -337,7 +326,7 @@ func TestRendezvousSpreadsBundles(t *testing.T) {
 	}
 	waitBrokers(t, 3, brokers...)
 	bounds := createNamespace(t, brokers[0].cluster.Catalog(), "acme/wide", 64)
-	waitFor(t, 5*time.Second, "64 bundles owned", func() bool { return allOwnedOnce("acme/wide", bounds, brokers...) })
+	testutil.WaitForWithin(t, 5*time.Second, "64 bundles owned", func() bool { return allOwnedOnce("acme/wide", bounds, brokers...) })
 	for _, tb := range brokers {
 		n := len(tb.cluster.OwnedBundles())
 		if n < 5 {
@@ -356,7 +345,7 @@ func TestFailover(t *testing.T) {
 	waitBrokers(t, 2, a, b)
 	const ns = "acme/orders"
 	bounds := createNamespace(t, a.cluster.Catalog(), ns, 16)
-	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
+	testutil.WaitForWithin(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce(ns, bounds, a, b) })
 	aHeld := waitEventsMatch(t, a.rec, a.cluster)
 	if len(aHeld) == 0 || len(b.cluster.OwnedBundles()) == 0 {
 		t.Fatalf("rendezvous left a broker empty: a=%d b=%d", len(aHeld), len(b.cluster.OwnedBundles()))
@@ -366,7 +355,7 @@ func TestFailover(t *testing.T) {
 	for bundle := range aHeld {
 		moved = bundle
 	}
-	waitFor(t, 5*time.Second, "b's cache shows a's ownership", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "b's cache shows a's ownership", func() bool {
 		o, ok := b.cluster.BundleOwner(moved)
 		return ok && o.Owner.ID == 1
 	})
@@ -379,14 +368,14 @@ func TestFailover(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Done not closed after the session expired")
 	}
-	waitFor(t, 2*time.Second, "the dead broker's release events", func() bool {
+	testutil.WaitForWithin(t, 2*time.Second, "the dead broker's release events", func() bool {
 		held, _, releases := a.rec.snapshot()
 		return len(held) == 0 && releases == len(aHeld)
 	})
 	if n := len(a.cluster.OwnedBundles()); n != 0 {
 		t.Fatalf("dead broker still owns %d bundles", n)
 	}
-	waitFor(t, time.Second, "survivor owns every bundle", func() bool { return allOwnedOnce(ns, bounds, b) })
+	testutil.WaitForWithin(t, time.Second, "survivor owns every bundle", func() bool { return allOwnedOnce(ns, bounds, b) })
 	t.Logf("takeover of %d bundles in %v", len(aHeld), time.Since(expired))
 	held := waitEventsMatch(t, b.rec, b.cluster)
 	for bundle := range aHeld {
@@ -416,7 +405,7 @@ func TestGracefulClose(t *testing.T) {
 	b := startMemBroker(t, srv, brokerOpts{id: 2})
 	waitBrokers(t, 2, a, b)
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 8)
-	waitFor(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
+	testutil.WaitForWithin(t, 5*time.Second, "every bundle owned once", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
 	if err := a.cluster.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +413,7 @@ func TestGracefulClose(t *testing.T) {
 	if len(held) != 0 || acquires != releases || acquires == 0 {
 		t.Fatalf("after Close: held %d, %d acquires, %d releases", len(held), acquires, releases)
 	}
-	waitFor(t, time.Second, "survivor owns every bundle", func() bool { return allOwnedOnce("acme/orders", bounds, b) })
+	testutil.WaitForWithin(t, time.Second, "survivor owns every bundle", func() bool { return allOwnedOnce("acme/orders", bounds, b) })
 	select {
 	case <-a.cluster.Done():
 	default:
@@ -470,7 +459,7 @@ func TestGracePeriod(t *testing.T) {
 				t.Fatal("test needs bundles that rendezvous gives to broker 7")
 			}
 			if !tt.lookup {
-				waitFor(t, 10*time.Second, "grace takeover", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+				testutil.WaitForWithin(t, 10*time.Second, "grace takeover", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 				if d := time.Since(start); d < tt.acquireGrace {
 					t.Fatalf("took the stalled broker's bundles after %v, grace is %v", d, tt.acquireGrace)
 				}
@@ -503,13 +492,13 @@ func TestSplitMovesOwnership(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
-	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 	first := catalog.BundlesOf("acme/orders", bounds)[0]
 	halves, err := a.cluster.Catalog().SplitBundle(context.Background(), first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "halves owned, old bundle released", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "halves owned, old bundle released", func() bool {
 		held, _, _ := a.rec.snapshot()
 		return held[halves[0]] && held[halves[1]] && !held[first] && len(a.cluster.OwnedBundles()) == 3
 	})
@@ -521,7 +510,7 @@ func TestUnload(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
-	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 	b := catalog.BundlesOf("acme/orders", bounds)[1]
 	if err := a.cluster.Unload(context.Background(), b); err != nil {
 		t.Fatal(err)
@@ -529,7 +518,7 @@ func TestUnload(t *testing.T) {
 	if err := a.cluster.Unload(context.Background(), catalog.Bundle{Namespace: "acme/none", Lower: 0, Upper: 1}); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("unload of a bundle not owned: %v", err)
 	}
-	waitFor(t, 5*time.Second, "reacquired", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "reacquired", func() bool {
 		_, acquires, releases := a.rec.snapshot()
 		return acquires == 3 && releases == 1 && a.cluster.OwnsBundle(b)
 	})
@@ -544,16 +533,16 @@ func TestDisconnectedBrokerLosesSession(t *testing.T) {
 	b := startMemBroker(t, srv, brokerOpts{id: 2, ttl: 2 * time.Second})
 	waitBrokers(t, 2, a, b)
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 8)
-	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
+	testutil.WaitForWithin(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a, b) })
 	a.client.Disconnect()
-	waitFor(t, 5*time.Second, "survivor owns all", func() bool { return allOwnedOnce("acme/orders", bounds, b) })
+	testutil.WaitForWithin(t, 5*time.Second, "survivor owns all", func() bool { return allOwnedOnce("acme/orders", bounds, b) })
 	// The memory store tells a partitioned session's owner when it expired.
 	select {
 	case <-a.cluster.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("partitioned broker never noticed its session ended")
 	}
-	waitFor(t, 2*time.Second, "releases on the partitioned broker", func() bool {
+	testutil.WaitForWithin(t, 2*time.Second, "releases on the partitioned broker", func() bool {
 		held, _, _ := a.rec.snapshot()
 		return len(held) == 0
 	})
@@ -580,7 +569,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		}
 		c.Close()
 	}
-	waitFor(t, 2*time.Second, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before })
+	testutil.WaitForWithin(t, 2*time.Second, "goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before })
 	client.Close()
 }
 
@@ -590,13 +579,13 @@ func TestWatchCompactedRelists(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/one", 2)
-	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
 	// Break every watch, and make its resumption point unavailable.
 	srv.Compact(srv.Revision())
 	srv.DisconnectWatches()
 	bounds2 := createNamespace(t, a.cluster.Catalog(), "acme/two", 4)
-	waitFor(t, 5*time.Second, "new namespace owned after relist", func() bool { return allOwnedOnce("acme/two", bounds2, a) })
-	waitFor(t, 5*time.Second, "old namespace still owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "new namespace owned after relist", func() bool { return allOwnedOnce("acme/two", bounds2, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "old namespace still owned", func() bool { return allOwnedOnce("acme/one", bounds, a) })
 }
 
 // TestForeignDeleteOfOwnership: when someone else deletes our ownership key
@@ -605,7 +594,7 @@ func TestForeignDeleteOfOwnership(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
-	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 	b := catalog.BundlesOf("acme/orders", bounds)[0]
 	op := srv.NewClient()
 	defer op.Close()
@@ -616,7 +605,7 @@ func TestForeignDeleteOfOwnership(t *testing.T) {
 	if err := op.Delete(context.Background(), kv.Key, kv.Version); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "released and reacquired", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "released and reacquired", func() bool {
 		_, acquires, releases := a.rec.snapshot()
 		o, ok := a.cluster.BundleOwner(b)
 		return releases == 1 && acquires == 3 && ok && o.Version > kv.Version
@@ -629,7 +618,7 @@ func TestHandoffOnJoin(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1, handoffAfter: 200 * time.Millisecond})
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 32)
-	waitFor(t, 5*time.Second, "first broker owns all", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "first broker owns all", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 	joined := time.Now()
 	b := startMemBroker(t, srv, brokerOpts{id: 2, handoffAfter: 200 * time.Millisecond})
 	want := map[catalog.Bundle]int32{}
@@ -640,7 +629,7 @@ func TestHandoffOnJoin(t *testing.T) {
 			toB++
 		}
 	}
-	waitFor(t, 5*time.Second, "rendezvous placement", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "rendezvous placement", func() bool {
 		owners := ownedBy(a, b)
 		for bundle, id := range want {
 			if len(owners[bundle]) != 1 || owners[bundle][0] != id {
@@ -667,7 +656,7 @@ func TestUnloadDeleteFailsAdopts(t *testing.T) {
 	srv := meta.NewMemServer(meta.MemConfig{})
 	a := startMemBroker(t, srv, brokerOpts{id: 1})
 	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
-	waitFor(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	testutil.WaitForWithin(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
 	b := catalog.BundlesOf("acme/orders", bounds)[0]
 	srv.SetFault(func(op meta.Op, key string) error {
 		if op == meta.OpDelete && strings.HasPrefix(key, OwnershipPrefix) {
@@ -679,7 +668,7 @@ func TestUnloadDeleteFailsAdopts(t *testing.T) {
 		t.Fatalf("unload with the store failing deletes: %v", err)
 	}
 	srv.SetFault(nil)
-	waitFor(t, 5*time.Second, "own key adopted", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "own key adopted", func() bool {
 		_, acquires, releases := a.rec.snapshot()
 		return a.cluster.OwnsBundle(b) && acquires == 3 && releases == 1
 	})

@@ -10,6 +10,7 @@ import (
 
 	"quire/internal/catalog"
 	"quire/internal/meta"
+	"quire/internal/testutil"
 )
 
 func freePort(t *testing.T) int {
@@ -73,7 +74,7 @@ func TestEtcdFailover(t *testing.T) {
 	if err := a.Catalog().EnsureDefaults(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "both brokers see both", func() bool { return len(a.Brokers()) == 2 && len(b.Brokers()) == 2 })
+	testutil.WaitForWithin(t, 10*time.Second, "both brokers see both", func() bool { return len(a.Brokers()) == 2 && len(b.Brokers()) == 2 })
 	bounds := createNamespace(t, a.Catalog(), "acme/orders", 8)
 
 	var wg sync.WaitGroup
@@ -116,7 +117,7 @@ func TestEtcdFailover(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 10*time.Second, "every bundle owned once", func() bool { return allOnce(a, b) })
+	testutil.WaitForWithin(t, 10*time.Second, "every bundle owned once", func() bool { return allOnce(a, b) })
 	heldA := waitEventsMatch(t, recA, a)
 	if len(heldA) == 0 {
 		t.Fatal("broker 1 owns nothing; the failover below would prove nothing")
@@ -127,7 +128,7 @@ func TestEtcdFailover(t *testing.T) {
 	if err := sessionA.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "survivor owns every bundle", func() bool { return allOnce(b) })
+	testutil.WaitForWithin(t, 5*time.Second, "survivor owns every bundle", func() bool { return allOnce(b) })
 	t.Logf("takeover of %d bundles in %v", len(heldA), time.Since(ended))
 	if d := time.Since(ended); d > 3*time.Second {
 		t.Fatalf("takeover took %v", d)
@@ -143,7 +144,7 @@ func TestEtcdFailover(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("broker 1 did not notice its session ended")
 	}
-	waitFor(t, 5*time.Second, "release events on broker 1", func() bool {
+	testutil.WaitForWithin(t, 5*time.Second, "release events on broker 1", func() bool {
 		h, _, _ := recA.snapshot()
 		return len(h) == 0
 	})

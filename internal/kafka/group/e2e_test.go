@@ -23,6 +23,7 @@ import (
 	"quire/internal/kafka/group"
 	"quire/internal/kafka/kafkatest"
 	"quire/internal/meta"
+	"quire/internal/testutil"
 )
 
 var _ kafka.GroupCoordinator = (*group.Coordinator)(nil)
@@ -162,17 +163,6 @@ func (cons *consumer) stop() {
 	cons.cl.Close()
 }
 
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func describeGroup(ctx context.Context, t *testing.T, adm *kadm.Client, groupID string) kadm.DescribedGroup {
 	t.Helper()
 	described, err := adm.DescribeGroups(ctx, groupID)
@@ -197,7 +187,7 @@ func runGroup(t *testing.T, balancer kgo.GroupBalancer, protocol string) {
 	s := &seen{counts: map[string]int{}, grew: make(chan struct{}, 1)}
 	opts := []kgo.Opt{kgo.Balancers(balancer)}
 	first := c.startConsumer(groupID, topic, s, opts...)
-	waitUntil(t, "first records", 20*time.Second, func() bool { return s.distinct() > 0 })
+	testutil.WaitForWithin(t, 20*time.Second, "first records", func() bool { return s.distinct() > 0 })
 	second := c.startConsumer(groupID, topic, s, opts...)
 	third := c.startConsumer(groupID, topic, s, opts...)
 	// The protocol is checked on the read that found the group Stable:
@@ -205,7 +195,7 @@ func runGroup(t *testing.T, balancer kgo.GroupBalancer, protocol string) {
 	// partitions, and DescribeGroups names the protocol only while Stable,
 	// so a second read could land in that rebalance.
 	var stable kadm.DescribedGroup
-	waitUntil(t, "three members stable", 30*time.Second, func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "three members stable", func() bool {
 		stable = describeGroup(ctx, t, adm, groupID)
 		return stable.State == "Stable" && len(stable.Members) == 3
 	})
@@ -214,17 +204,17 @@ func runGroup(t *testing.T, balancer kgo.GroupBalancer, protocol string) {
 	}
 	first.stop()
 	second.stop()
-	waitUntil(t, "one member stable", 30*time.Second, func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "one member stable", func() bool {
 		d := describeGroup(ctx, t, adm, groupID)
 		return d.State == "Stable" && len(d.Members) == 1
 	})
-	waitUntil(t, "every record", 30*time.Second, func() bool { return s.distinct() == records })
+	testutil.WaitForWithin(t, 30*time.Second, "every record", func() bool { return s.distinct() == records })
 	if err := third.cl.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	third.stop()
 
-	waitUntil(t, "group empty", 10*time.Second, func() bool { return describeGroup(ctx, t, adm, groupID).State == "Empty" })
+	testutil.WaitForWithin(t, 10*time.Second, "group empty", func() bool { return describeGroup(ctx, t, adm, groupID).State == "Empty" })
 	committed, err := adm.FetchOffsets(ctx, groupID)
 	if err != nil {
 		t.Fatal(err)
