@@ -1,5 +1,5 @@
 // Command quire is the one Quire binary: every role (meta, bookie, broker,
-// standalone) and every tool (admin, perf, sim) is a subcommand.
+// standalone) and every tool (admin, perf, plan, sim) is a subcommand.
 package main
 
 import (

@@ -60,6 +60,7 @@ and the defaults shown in each command's --help.`,
 		newAdminCommand(),
 		newPerfCommand(),
 		newSimCommand(),
+		newPlanCommand(),
 	)
 	return root
 }
