@@ -68,6 +68,18 @@ func (c *readCache) get(k cacheKey) (cachedEntry, bool) {
 	return cachedEntry{}, false
 }
 
+// has reports whether the cache holds k, without promoting it.
+func (c *readCache) has(k cacheKey) bool {
+	if !c.enabled() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, inCurrent := c.current[k]
+	_, inPrevious := c.previous[k]
+	return inCurrent || inPrevious
+}
+
 func (c *readCache) currentGeneration() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

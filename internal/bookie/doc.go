@@ -16,6 +16,12 @@
 //     entry) by a checkpoint, which syncs the entry logs, then commits the
 //     index batch together with the journal position it covers, and only then
 //     releases older journal files.
+//   - Reads: from the write cache, the read cache, then the entry logs. A
+//     single-entry miss reads ahead into the read cache (once per run of
+//     entries, however many misses arrive at once); a range read
+//     (ReadRange, what catch-up readers use) locates its entries with one
+//     index iterator and reads each run of adjacent records with one ReadAt,
+//     past both caches, never holding a lock the add path waits on.
 //   - Ledger metadata: the fence bit, the deletion tombstone and the last
 //     add confirmed (LAC). Fence and delete are synced to Pebble before they
 //     return. The LAC comes from adds and from WriteLAC (an idle writer's

@@ -69,6 +69,8 @@ type Engine struct {
 	journal  *journal
 	logs     *entryLogs
 	rc       *readCache
+	aheads   readAheads  // read-aheads in progress (single-entry misses)
+	spans    spanBuffers // recycled buffers of range reads
 	metrics  *metrics
 	counters counters
 
@@ -608,6 +610,9 @@ func (e *Engine) Stats() Stats {
 		Reads: c.reads.Load(), ReadsFailed: c.readsFailed.Load(),
 		WriteCacheHits: c.writeCacheHits.Load(), WriteCacheWaits: c.writeCacheWaits.Load(),
 		ReadCacheHits: c.readCacheHits.Load(), ReadCacheMisses: c.readCacheMisses.Load(),
+		ReadAheadJoins: c.readAheadJoins.Load(),
+		RangeReads:     c.rangeReads.Load(), RangeEntries: c.rangeEntries.Load(),
+		EntryLogReads: c.entryLogReads.Load(), EntryLogReadBytes: c.entryLogReadBytes.Load(),
 		JournalQueueDepth: c.journalQueueDepth.Load(),
 		JournalBatches:    c.journalBatches.Load(), JournalSyncs: c.journalSyncs.Load(),
 		JournalSyncTime: time.Duration(c.journalSyncNanos.Load()),

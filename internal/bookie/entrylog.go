@@ -314,25 +314,34 @@ func (l *entryLogs) reader(id uint64) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	adviseNoReadAhead(f)
 	l.readers[id] = f
 	return f, nil
 }
 
 // readSpan reads length bytes at offset of log id.
 func (l *entryLogs) readSpan(id uint64, offset, length int64) ([]byte, error) {
-	f, err := l.reader(id)
-	if err != nil {
+	buf := make([]byte, length)
+	if err := l.readSpanInto(id, offset, buf); err != nil {
 		return nil, err
 	}
-	buf := make([]byte, length)
+	return buf, nil
+}
+
+// readSpanInto fills buf with the bytes at offset of log id.
+func (l *entryLogs) readSpanInto(id uint64, offset int64, buf []byte) error {
+	f, err := l.reader(id)
+	if err != nil {
+		return err
+	}
 	n, err := f.ReadAt(buf, offset)
 	if n == len(buf) {
-		return buf, nil
+		return nil
 	}
 	if err == nil {
 		err = errCorruptEntryRecord
 	}
-	return nil, fmt.Errorf("entry log %d offset %d: short read %d of %d: %w", id, offset, n, length, err)
+	return fmt.Errorf("entry log %d offset %d: short read %d of %d: %w", id, offset, n, len(buf), err)
 }
 
 // read returns the record at loc, verifying its CRC and that it is the

@@ -14,3 +14,15 @@ func dropCachedPages(f vfs.File, offset, length int64) {
 		_ = unix.Fadvise(int(fd), offset, length, unix.FADV_DONTNEED)
 	}
 }
+
+// adviseNoReadAhead tells the kernel not to read ahead of f's reads: the
+// engine reads entry logs in spans it sized itself (a range, a read-ahead
+// window), and the kernel's own read-ahead past them — up to read_ahead_kb,
+// often megabytes — would read records nobody asked this bookie for: a
+// reader spreads consecutive ranges over the replicas, so each bookie reads
+// every E-th range of its log. A hint: errors are ignored.
+func adviseNoReadAhead(f vfs.File) {
+	if fd := f.Fd(); fd != vfs.InvalidFd {
+		_ = unix.Fadvise(int(fd), 0, 0, unix.FADV_RANDOM)
+	}
+}

@@ -87,6 +87,9 @@ type counters struct {
 	reads, readsFailed                           atomic.Uint64
 	writeCacheHits, writeCacheWaits              atomic.Uint64
 	readCacheHits, readCacheMisses               atomic.Uint64
+	readAheadJoins                               atomic.Uint64
+	rangeReads, rangeEntries                     atomic.Uint64
+	entryLogReads, entryLogReadBytes             atomic.Uint64
 	journalBatches, journalSyncs, journalRecords atomic.Uint64
 	journalSyncNanos                             atomic.Int64
 	journalIdleNanos                             atomic.Int64 // the journal waiting for a first add
@@ -100,29 +103,38 @@ type counters struct {
 
 // Stats is a snapshot of the engine's counters.
 type Stats struct {
-	Adds, AddsFailed     uint64        // Add calls acknowledged with nil / with an error
-	AddTime              time.Duration // summed latency (Add call to acknowledgement) of the Adds
-	Reads, ReadsFailed   uint64        // entry reads served / failed (ErrNoSuchEntry included)
-	WriteCacheHits       uint64
-	WriteCacheWaits      uint64 // adds that waited for a checkpoint to free write-cache room
-	ReadCacheHits        uint64
-	ReadCacheMisses      uint64 // reads that went to the entry logs
-	JournalQueueDepth    int64
-	JournalBatches       uint64 // group commits written
-	JournalSyncs         uint64
-	JournalSyncTime      time.Duration // total time spent in journal fsyncs
-	JournalIdleTime      time.Duration // total time the journal waited with nothing queued
-	JournalRecords       uint64
-	JournalBytes         uint64
-	JournalFilesRecycled uint64 // journal files reused under a new id
-	ReplayedRecords      uint64 // journal records replayed by Open
-	Checkpoints          uint64
-	WriteCacheBytes      int
-	EntryLogBytes        int64 // bytes on disk in entry logs
-	EntryLogFiles        int
-	GCPasses             uint64
-	GCReclaimedBytes     uint64
-	GCRelocatedEntries   uint64
-	Ledgers              int
-	ReadOnly             bool
+	Adds, AddsFailed   uint64        // Add calls acknowledged with nil / with an error
+	AddTime            time.Duration // summed latency (Add call to acknowledgement) of the Adds
+	Reads, ReadsFailed uint64        // entry reads served / failed (ErrNoSuchEntry included)
+	WriteCacheHits     uint64
+	WriteCacheWaits    uint64 // adds that waited for a checkpoint to free write-cache room
+	ReadCacheHits      uint64
+	ReadCacheMisses    uint64 // reads that went to the entry logs
+	// ReadAheadJoins counts single-entry misses that waited for a
+	// read-ahead in progress over their entry instead of reading it.
+	ReadAheadJoins uint64
+	// RangeReads counts ReadRange calls that returned entries, RangeEntries
+	// the entries they returned.
+	RangeReads, RangeEntries uint64
+	// EntryLogReads counts reads of entry-log files (one per span of
+	// adjacent records), EntryLogReadBytes the bytes they read.
+	EntryLogReads, EntryLogReadBytes uint64
+	JournalQueueDepth                int64
+	JournalBatches                   uint64 // group commits written
+	JournalSyncs                     uint64
+	JournalSyncTime                  time.Duration // total time spent in journal fsyncs
+	JournalIdleTime                  time.Duration // total time the journal waited with nothing queued
+	JournalRecords                   uint64
+	JournalBytes                     uint64
+	JournalFilesRecycled             uint64 // journal files reused under a new id
+	ReplayedRecords                  uint64 // journal records replayed by Open
+	Checkpoints                      uint64
+	WriteCacheBytes                  int
+	EntryLogBytes                    int64 // bytes on disk in entry logs
+	EntryLogFiles                    int
+	GCPasses                         uint64
+	GCReclaimedBytes                 uint64
+	GCRelocatedEntries               uint64
+	Ledgers                          int
+	ReadOnly                         bool
 }

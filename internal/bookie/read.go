@@ -1,9 +1,9 @@
 package bookie
 
 import (
-	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,39 +17,6 @@ func (e *Engine) Read(ledgerID, entryID int64) (Entry, error) {
 	ent, err := e.read(ledgerID, entryID)
 	e.metrics.readLatency.Observe(time.Since(start).Seconds())
 	return ent, err
-}
-
-// ReadRange returns contiguous entries starting at firstEntryID, stopping
-// at the first missing entry, after maxEntries, or before exceeding maxBytes
-// of payload (maxBytes <= 0: no byte limit). It returns at least one entry
-// when firstEntryID exists.
-func (e *Engine) ReadRange(ledgerID, firstEntryID int64, maxEntries int, maxBytes int) ([]Entry, error) {
-	start := time.Now()
-	defer func() { e.metrics.readLatency.Observe(time.Since(start).Seconds()) }()
-	if firstEntryID < 0 {
-		return nil, fmt.Errorf("read range ledger %d from %d: %w", ledgerID, firstEntryID, ErrInvalidRequest)
-	}
-	maxEntries = max(maxEntries, 1)
-	var out []Entry
-	bytes := 0
-	for id := firstEntryID; len(out) < maxEntries; id++ {
-		ent, err := e.read(ledgerID, id)
-		if err != nil {
-			if len(out) > 0 && errors.Is(err, ErrNoSuchEntry) {
-				break
-			}
-			if len(out) > 0 {
-				return out, nil // serve what we have; the next request reports the error
-			}
-			return nil, err
-		}
-		if len(out) > 0 && maxBytes > 0 && bytes+len(ent.Payload) > maxBytes {
-			break
-		}
-		bytes += len(ent.Payload)
-		out = append(out, ent)
-	}
-	return out, nil
 }
 
 func (e *Engine) read(ledgerID, entryID int64) (Entry, error) {
@@ -109,7 +76,38 @@ func makeEntry(k cacheKey, v cachedEntry) Entry {
 
 // readFromLogs looks the entry up in the index, reads it and fills the read
 // cache with it and up to ReadAheadEntries following entries of the ledger.
+//
+// Concurrent misses on neighbouring entries (a reader with many single-entry
+// reads in flight) must not each read the same entries ahead: a miss whose
+// entry a read-ahead in progress covers waits for that read-ahead and takes
+// the entry from the read cache; only a miss outside every read-ahead in
+// progress starts one, which ends before the next read-ahead in progress
+// and before the first entry already cached. Measured with 64 concurrent
+// misses per 64 entries: each entry read once from the entry logs, where
+// every miss reading ahead on its own read it 17 times.
 func (e *Engine) readFromLogs(k cacheKey) (cachedEntry, error) {
+	readAhead := e.rc.enabled() && e.cfg.ReadAheadEntries > 0
+	var aheadLast int64 // the last entry this read reads ahead
+	if readAhead {
+		mine, inProgress := e.aheads.claim(k, e.cfg.ReadAheadEntries)
+		if inProgress != nil {
+			<-inProgress.done
+			e.counters.readAheadJoins.Add(1)
+			if v, ok := e.rc.get(k); ok {
+				return v, nil
+			}
+			readAhead = false // evicted or not read: read this entry alone
+		} else {
+			aheadLast = mine.last
+			defer e.aheads.release(mine)
+			// A read-ahead that finished between our cache miss and the
+			// claim may have brought the entry (it fills the cache before
+			// it releases its claim).
+			if v, ok := e.rc.get(k); ok {
+				return v, nil
+			}
+		}
+	}
 	// Taken before the index lookup: a checkpoint that flushes a newer
 	// version after our lookup changes the generation and the fill is
 	// dropped.
@@ -126,6 +124,8 @@ func (e *Engine) readFromLogs(k cacheKey) (cachedEntry, error) {
 	if !ok {
 		return cachedEntry{}, fmt.Errorf("read ledger %d entry %d: %w", k.ledgerID, k.entryID, ErrNoSuchEntry)
 	}
+	e.counters.entryLogReads.Add(1)
+	e.counters.entryLogReadBytes.Add(uint64(loc.size))
 	v, err := e.logs.read(loc, k)
 	if err != nil {
 		return cachedEntry{}, ioError("read entry log", err)
@@ -135,8 +135,8 @@ func (e *Engine) readFromLogs(k cacheKey) (cachedEntry, error) {
 	}
 	keys := []cacheKey{k}
 	values := []cachedEntry{v}
-	if e.cfg.ReadAheadEntries > 0 {
-		keys, values = e.readAhead(k, keys, values)
+	if readAhead {
+		keys, values = e.readAhead(k, aheadLast, keys, values)
 	}
 	e.rc.fill(generation, keys, values)
 	return v, nil
@@ -158,13 +158,13 @@ func lookupLocation(db *pebble.DB, k cacheKey) (location, bool, error) {
 	return loc, ok, nil
 }
 
-// readAhead appends the entries following k that the index locates,
+// readAhead appends the entries k.entryID+1..last that the index locates,
 // reading adjacent records of one log with a single ReadAt. Errors end the
 // read-ahead quietly: it is an optimisation.
-func (e *Engine) readAhead(k cacheKey, keys []cacheKey, values []cachedEntry) ([]cacheKey, []cachedEntry) {
-	first, last := k.entryID+1, k.entryID+int64(e.cfg.ReadAheadEntries) // inclusive
+func (e *Engine) readAhead(k cacheKey, last int64, keys []cacheKey, values []cachedEntry) ([]cacheKey, []cachedEntry) {
+	first := k.entryID + 1
 	if last < first {
-		last = math.MaxInt64 // overflow
+		return keys, values
 	}
 	it, err := e.db.NewIter(&pebble.IterOptions{
 		LowerBound: blockKey(k.ledgerID, first>>blockShift),
@@ -175,7 +175,10 @@ func (e *Engine) readAhead(k cacheKey, keys []cacheKey, values []cachedEntry) ([
 	}
 	var aheadKeys []cacheKey
 	var aheadLocs []location
-	for it.First(); it.Valid(); it.Next() {
+	// Up to the first entry already in the read cache: a read-ahead that
+	// finished before this one started has it, and likely the next ones.
+	cached := false
+	for it.First(); it.Valid() && !cached; it.Next() {
 		ledgerID, block, ok := decodeBlockKey(it.Key())
 		if !ok {
 			break
@@ -186,8 +189,15 @@ func (e *Engine) readAhead(k cacheKey, keys []cacheKey, values []cachedEntry) ([
 		}
 		for slot := range blockEntries {
 			entryID := block<<blockShift | int64(slot)
-			if loc, ok := b.get(slot); ok && entryID >= first && entryID <= last {
-				aheadKeys = append(aheadKeys, cacheKey{ledgerID: ledgerID, entryID: entryID})
+			if entryID < first || entryID > last {
+				continue
+			}
+			key := cacheKey{ledgerID: ledgerID, entryID: entryID}
+			if cached = e.rc.has(key); cached {
+				break
+			}
+			if loc, ok := b.get(slot); ok {
+				aheadKeys = append(aheadKeys, key)
 				aheadLocs = append(aheadLocs, loc)
 			}
 		}
@@ -201,6 +211,8 @@ func (e *Engine) readAhead(k cacheKey, keys []cacheKey, values []cachedEntry) ([
 			end += int64(aheadLocs[j].size)
 			j++
 		}
+		e.counters.entryLogReads.Add(1)
+		e.counters.entryLogReadBytes.Add(uint64(end - aheadLocs[i].offset))
 		span, err := e.logs.readSpan(aheadLocs[i].logID, aheadLocs[i].offset, end-aheadLocs[i].offset)
 		if err != nil {
 			return keys, values
@@ -217,4 +229,65 @@ func (e *Engine) readAhead(k cacheKey, keys []cacheKey, values []cachedEntry) ([
 		i = j
 	}
 	return keys, values
+}
+
+// readAheads tracks the read-aheads in progress, so that a miss on an entry
+// one of them is reading waits for it instead of reading the same entries
+// again.
+type readAheads struct {
+	mu       sync.Mutex
+	inFlight map[int64][]*aheadRead // by ledger; a handful each at most
+}
+
+// aheadRead is a read-ahead in progress of entries first..last of a ledger.
+type aheadRead struct {
+	ledgerID, first, last int64
+	done                  chan struct{} // closed when its entries are in the read cache (or it gave up)
+}
+
+// claim returns the read-ahead in progress that covers k, or registers a new
+// one (mine), which the caller must release: from k over the next entries,
+// up to the first read-ahead in progress further on, so that concurrent
+// read-aheads never read an entry twice whatever order the misses come in.
+func (r *readAheads) claim(k cacheKey, entries int) (mine, inProgress *aheadRead) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := k.entryID + int64(entries)
+	if last < k.entryID {
+		last = math.MaxInt64 // overflow
+	}
+	for _, a := range r.inFlight[k.ledgerID] {
+		if a.first <= k.entryID && k.entryID <= a.last {
+			return nil, a
+		}
+		if a.first > k.entryID && a.first <= last {
+			last = a.first - 1
+		}
+	}
+	mine = &aheadRead{ledgerID: k.ledgerID, first: k.entryID, last: last, done: make(chan struct{})}
+	if r.inFlight == nil {
+		r.inFlight = make(map[int64][]*aheadRead)
+	}
+	r.inFlight[k.ledgerID] = append(r.inFlight[k.ledgerID], mine)
+	return mine, nil
+}
+
+// release ends a read-ahead claimed by claim and wakes the reads waiting
+// for it.
+func (r *readAheads) release(a *aheadRead) {
+	r.mu.Lock()
+	list := r.inFlight[a.ledgerID]
+	for i, x := range list {
+		if x == a {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(r.inFlight, a.ledgerID)
+	} else {
+		r.inFlight[a.ledgerID] = list
+	}
+	r.mu.Unlock()
+	close(a.done)
 }

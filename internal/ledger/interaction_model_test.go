@@ -88,6 +88,28 @@ func (b *modelBookie) handle(req ledger.Request) ledger.Response {
 			return resp
 		}
 		resp.Status, resp.Payload = ledger.StatusOK, append([]byte(nil), data...)
+	case ledger.RequestReadRange:
+		// As a bookie's ReadRange: the entries it holds from EntryID on,
+		// consecutive, at most MaxEntries and MaxBytes (at least one).
+		l, known := b.ledgers[req.LedgerID]
+		if !known {
+			resp.Status = ledger.StatusNoSuchLedger
+			return resp
+		}
+		resp.LastAddConfirmed = l.lac
+		size := 0
+		for id := req.EntryID; len(resp.Entries) < max(req.MaxEntries, 1); id++ {
+			data, ok := l.entries[id]
+			if !ok || len(resp.Entries) > 0 && req.MaxBytes > 0 && size+len(data) > req.MaxBytes {
+				break
+			}
+			size += len(data)
+			resp.Entries = append(resp.Entries, append([]byte(nil), data...))
+		}
+		resp.Status = ledger.StatusOK
+		if len(resp.Entries) == 0 {
+			resp.Status = ledger.StatusNoSuchEntry
+		}
 	case ledger.RequestWriteLac:
 		// As a bookie: raise the LAC, never lower it; refuse on a fenced
 		// ledger or one it holds nothing of.

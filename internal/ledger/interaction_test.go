@@ -40,12 +40,17 @@ import (
 //	stabilize [quiet]                      deliver everything until the network is quiet
 //	tick [n=1] [who=A]                     logical time for the running state machines
 //	crash b2 / restart b2                  a bookie process dies (its disk survives) / returns
+//	lose-entry b2 entry=5                  a bookie loses one entry (a bad sector; the ledger is
+//	                                       under-replicated until autorecovery copies it back)
 //	pause-writer / resume-writer           a GC pause: answers to the writer wait
 //	crash-writer                           the writer is gone for good; answers to it are lost
 //	close-writer                           the writer closes the ledger
 //	recover name=r1 [mutants=(...)]        a new owner starts recovering the ledger
 //	print-bookies / print-acks / print-metadata / print-placement / print-recoveries
-//	read-ledger                            read the CLOSED ledger with the Reader
+//	read-ledger [ranges=4] [range-entries=256] [range-bytes=N] [slow=(b2)] [from=0] [to=last]
+//	                                       read the CLOSED ledger with the Reader; it asks the
+//	                                       model bookies directly, which answer at once, except
+//	                                       slow ones, which never answer (the reader ticks)
 //
 // Output conventions: "A -> b1 add e7 lac=5" is a request put on the network,
 // "b1 <- A add e7 lac=5: ok" its delivery and answer; lines indented below a
@@ -181,6 +186,8 @@ func (e *env) run(t *testing.T, d *datadriven.TestData) (output string) {
 		e.cmdTick(d)
 	case "crash", "restart":
 		e.cmdBookieProcess(d)
+	case "lose-entry":
+		e.cmdLoseEntry(d)
 	case "pause-writer":
 		e.mustWriter().state = clientPaused
 		e.event("%s is paused", e.writer.name)
@@ -208,7 +215,7 @@ func (e *env) run(t *testing.T, d *datadriven.TestData) (output string) {
 	case "print-recoveries":
 		e.printRecoveries()
 	case "read-ledger":
-		e.readLedger()
+		e.readLedger(d)
 	default:
 		e.scriptFail("unknown command")
 	}
@@ -619,6 +626,8 @@ func requestKind(r ledger.Request) string {
 		return "add"
 	case r.Kind == ledger.RequestWriteLac:
 		return "write-lac"
+	case r.Kind == ledger.RequestReadRange:
+		return "read-range"
 	case r.EntryID == -1:
 		return "read-lac"
 	}
@@ -823,6 +832,21 @@ func (e *env) cmdBookieProcess(d *datadriven.TestData) {
 		e.writer.writer.SetCluster(e.clusterView())
 		e.drain(e.writer)
 	}
+}
+
+func (e *env) cmdLoseEntry(d *datadriven.TestData) {
+	id := ledger.BookieID(e.firstKey(d))
+	b := e.bookies[id]
+	if b == nil {
+		e.scriptFail("unknown bookie %s", id)
+	}
+	entry := e.argInt(d, "entry", -1)
+	l := b.ledgers[e.ledgerID]
+	if l == nil || l.entries[entry] == nil {
+		e.scriptFail("%s holds no e%d", id, entry)
+	}
+	delete(l.entries, entry)
+	e.event("%s lost e%d", id, entry)
 }
 
 func (e *env) cmdRecover(d *datadriven.TestData) {

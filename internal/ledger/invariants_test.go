@@ -91,4 +91,16 @@ func TestInvariantsFire(t *testing.T) {
 		r.ready = append(r.ready, ReadResult{EntryID: 4})
 		expectInvariantPanic(t, "results in entry order: result for entry 4 follows entry -1", r.Tick)
 	})
+
+	t.Run("reader range with nothing in flight", func(t *testing.T) {
+		md := Metadata{ID: 7, EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, State: StateClosed, LastEntryID: 9,
+			Fragments: []Fragment{{Ensemble: []BookieID{"b1", "b2", "b3"}}}}
+		r := NewReader(ReaderConfig{Metadata: md, MaxRangeEntries: 4}, 0, 9)
+		r.Tick()
+		for id := range r.ranges[1].asked {
+			delete(r.ranges[1].asked, id)
+			delete(r.byReq, id)
+		}
+		expectInvariantPanic(t, "an incomplete range has a read in flight: range 4..7 next 4", r.Tick)
+	})
 }

@@ -23,6 +23,13 @@ const (
 	// EntryID is -1. The answer is OK, or Fenced when a new owner took the
 	// ledger over, or a failure the writer ignores.
 	RequestWriteLac
+	// RequestReadRange reads consecutive entries from EntryID: at most
+	// MaxEntries, and no more than MaxBytes of stored entries (at least
+	// one). The bookie answers OK with the entries it holds from EntryID
+	// on, in order (Response.Entries), possibly fewer than asked: it stops
+	// at the byte bound, at its frame size, and before the first entry it
+	// does not hold; NoSuchEntry when it does not hold EntryID.
+	RequestReadRange
 )
 
 func (k RequestKind) String() string {
@@ -33,6 +40,8 @@ func (k RequestKind) String() string {
 		return "read"
 	case RequestWriteLac:
 		return "write-lac"
+	case RequestReadRange:
+		return "read-range"
 	}
 	return "?"
 }
@@ -50,6 +59,9 @@ type Request struct {
 	Payload          []byte
 	Recovery         bool
 	Fence            bool
+	// MaxEntries and MaxBytes bound a RequestReadRange.
+	MaxEntries int
+	MaxBytes   int
 }
 
 // Status is a bookie's answer, as the protocol cores see it.
@@ -89,6 +101,9 @@ type Response struct {
 	// For reads: the entry's LAC (or the bookie's LAC for EntryID -1) and payload.
 	LastAddConfirmed int64
 	Payload          []byte
+	// Entries answers a RequestReadRange: the stored entries from the
+	// request's EntryID on, consecutive.
+	Entries [][]byte
 }
 
 // MetaOpKind says what a metadata operation does.

@@ -163,3 +163,19 @@ func (m *Metadata) WriteQuorumBookies(entry int64) []BookieID {
 	}
 	return out
 }
+
+// BookiesOf returns the bookies of the ensembles that store entries
+// first..last, each once, in fragment order.
+func (m *Metadata) BookiesOf(first, last int64) []BookieID {
+	var out []BookieID
+	seen := map[BookieID]bool{}
+	for i := m.FragmentFor(first); i < len(m.Fragments) && (i == 0 || m.Fragments[i].FirstEntry <= last); i++ {
+		for _, b := range m.Fragments[i].Ensemble {
+			if !seen[b] {
+				seen[b] = true
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}

@@ -103,6 +103,8 @@ func (b *bookie) receive(from string, gen int, req ledger.Request) {
 		b.add(from, gen, req)
 	case ledger.RequestRead:
 		b.read(from, gen, req)
+	case ledger.RequestReadRange:
+		b.respond(from, gen, req, b.answerReadRange(req))
 	case ledger.RequestWriteLac:
 		b.writeLac(from, gen, req)
 	}
@@ -196,6 +198,36 @@ func (b *bookie) answerRead(req ledger.Request) ledger.Response {
 		return resp
 	}
 	resp.Status, resp.LastAddConfirmed, resp.Payload = ledger.StatusOK, se.lac, se.data
+	return resp
+}
+
+// answerReadRange answers a range read as internal/bookie's ReadRange does:
+// the visible entries from req.EntryID on, consecutive, at most MaxEntries
+// and MaxBytes of them (at least one), NoSuchEntry when the first is not
+// visible.
+func (b *bookie) answerReadRange(req ledger.Request) ledger.Response {
+	resp := ledger.Response{ID: req.ID, From: b.id, LastAddConfirmed: -1}
+	l := b.ledgers[req.LedgerID]
+	if l == nil || len(l.entries) == 0 && !l.fenced {
+		resp.Status = ledger.StatusNoSuchLedger
+		return resp
+	}
+	size := 0
+	for id := req.EntryID; len(resp.Entries) < max(req.MaxEntries, 1); id++ {
+		se, ok := l.entries[id]
+		if !ok || !se.durable && !b.s.bookieCfg.readUnsynced {
+			break
+		}
+		if len(resp.Entries) > 0 && req.MaxBytes > 0 && size+len(se.data) > req.MaxBytes {
+			break
+		}
+		size += len(se.data)
+		resp.Entries = append(resp.Entries, se.data)
+	}
+	resp.Status = ledger.StatusOK
+	if len(resp.Entries) == 0 {
+		resp.Status = ledger.StatusNoSuchEntry
+	}
 	return resp
 }
 
@@ -311,14 +343,21 @@ func describeRequest(r ledger.Request) string {
 		return fmt.Sprintf("read-lac#%d", r.ID)
 	case r.Fence:
 		return fmt.Sprintf("fence-read#%d e%d", r.ID, r.EntryID)
+	case r.Kind == ledger.RequestReadRange:
+		return fmt.Sprintf("read-range#%d e%d..e%d", r.ID, r.EntryID, r.EntryID+int64(r.MaxEntries)-1)
 	}
 	return fmt.Sprintf("read#%d e%d", r.ID, r.EntryID)
 }
 
 func describeResponse(req ledger.Request, r ledger.Response) string {
 	what := "add"
-	if req.Kind == ledger.RequestWriteLac {
+	switch {
+	case req.Kind == ledger.RequestWriteLac:
 		return fmt.Sprintf("write-lac#%d %s", r.ID, r.Status)
+	case req.Kind == ledger.RequestReadRange && r.Status == ledger.StatusOK:
+		return fmt.Sprintf("read-range#%d e%d..e%d ok", r.ID, req.EntryID, req.EntryID+int64(len(r.Entries))-1)
+	case req.Kind == ledger.RequestReadRange:
+		return fmt.Sprintf("read-range#%d e%d %s", r.ID, req.EntryID, r.Status)
 	}
 	if req.Kind == ledger.RequestRead {
 		what = "read"

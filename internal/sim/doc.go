@@ -3,8 +3,10 @@
 // bookies, a modelled network and the in-memory metadata store, under a
 // virtual clock, with faults chosen at random from one int64 seed: message
 // delay, loss and partitions, bookie crashes that lose unsynced data, metadata
-// store outages and ambiguous results, and a writer that freezes (a GC pause)
-// and comes back as a zombie. Checkers run after every step and at the end of
+// store outages and ambiguous results, a writer that freezes (a GC pause)
+// and comes back as a zombie, and readers that read the closed ledger back in
+// ranges (configured at random) while a bookie crashes or is cut off
+// mid-read. Checkers run after every step and at the end of
 // a run; a violation carries the seed and a trace of the last events, and the
 // same seed replays the same run byte for byte.
 //

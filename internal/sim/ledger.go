@@ -59,8 +59,14 @@ type Stats struct {
 	CASConflicts, AmbiguousMeta int
 	// ReaderRetries counts read attempts beyond each reader's first.
 	ReaderRetries int
-	LastEntryID   int64 // of the CLOSED ledger, -1 when empty
-	VirtualTime   time.Duration
+	// ReaderFailovers counts range reads a bookie answered with a failure
+	// (or no-such-entry): the reader asks another replica for the rest.
+	// ReaderShortAnswers counts those answered with fewer entries than
+	// asked. ReaderFragments counts readers whose read spanned an ensemble
+	// change. ReaderPhaseFaults counts faults injected while readers read.
+	ReaderFailovers, ReaderShortAnswers, ReaderFragments, ReaderPhaseFaults int
+	LastEntryID                                                             int64 // of the CLOSED ledger, -1 when empty
+	VirtualTime                                                             time.Duration
 	// WriterPaused: the zombie pause happened. WriterEnd says how the writer
 	// ended: "closed" (its own close), "fenced", or "running".
 	WriterPaused bool
@@ -73,6 +79,7 @@ const (
 	kindAckedLost       = "acked-entry-lost"       // (a) an acknowledged entry is missing or differs after recovery
 	kindEntryLost       = "closed-entry-lost"      // (a) an entry of the CLOSED ledger has no durable copy on its write quorum
 	kindReadersDisagree = "readers-disagree"       // (b) readers or recoverers see different ledgers
+	kindReadOrder       = "read-order"             // (b) a reader delivered entries out of order, twice or with a gap
 	kindWrongBytes      = "entry-bytes-differ"     // (b) an entry read is not what the writer wrote as that entry
 	kindZombieAck       = "zombie-ack-after-close" // (c) the old writer got an ack past the recovered end
 	kindReopened        = "closed-ledger-changed"  // (c) CLOSED metadata changed, or the state went backwards
@@ -380,9 +387,16 @@ func (s *ledgerSim) onRecoveryDone() {
 			return
 		}
 	}
-	// Every recovery finished: the readers open the ledger a little later.
+	// Every recovery finished: the readers open the ledger a little later,
+	// and the faults drawn for the reading phase hit them mid-read.
 	for _, r := range s.readers {
 		s.e.after(s.e.between(0, 200*time.Millisecond), r.start)
+	}
+	for _, f := range s.sc.readerFaults {
+		s.e.after(f.at, func() {
+			s.stats.ReaderPhaseFaults++
+			s.inject(f)
+		})
 	}
 }
 

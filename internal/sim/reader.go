@@ -7,7 +7,9 @@ import (
 )
 
 // readerActor opens the CLOSED ledger after recovery and reads every entry
-// (ledger.Reader), retrying the entries no replica could serve.
+// (ledger.Reader, in ranges), retrying the entries no replica could serve.
+// Each attempt's results must come in entry order, each entry once, from
+// the attempt's first entry on (kindReadOrder).
 type readerActor struct {
 	s        *ledgerSim
 	nameStr  string
@@ -16,6 +18,8 @@ type readerActor struct {
 	md       ledger.Metadata
 	got      map[int64][]byte
 	failed   map[int64]bool // entries the last attempt could not read
+	expect   int64          // the entry the attempt's next result must be for
+	asked    map[uint64]ledger.Request
 	attempts int
 	started  bool
 	done     bool
@@ -55,7 +59,14 @@ func (r *readerActor) attempt(first, last int64) {
 		r.s.stats.ReaderRetries++
 	}
 	r.failed = map[int64]bool{}
-	r.core = ledger.NewReader(ledger.ReaderConfig{Metadata: r.md}, first, last)
+	r.expect = first
+	r.asked = map[uint64]ledger.Request{}
+	rc := r.s.sc.reader
+	r.core = ledger.NewReader(ledger.ReaderConfig{Metadata: r.md, MaxRangesInFlight: rc.rangesInFlight,
+		MaxRangeEntries: rc.rangeEntries, MaxRangeBytes: rc.rangeBytes}, first, last)
+	if r.md.FragmentFor(first) != r.md.FragmentFor(last) {
+		r.s.stats.ReaderFragments++
+	}
 	r.after()
 	gen := r.gen
 	r.s.e.after(tickInterval, func() { r.tickLoop(gen) })
@@ -74,6 +85,15 @@ func (r *readerActor) onResponse(gen int, resp ledger.Response) {
 	if !r.started || r.done || gen != r.gen {
 		return
 	}
+	if req, ok := r.asked[resp.ID]; ok && req.Kind == ledger.RequestReadRange {
+		delete(r.asked, resp.ID)
+		switch {
+		case resp.Status != ledger.StatusOK:
+			r.s.stats.ReaderFailovers++
+		case len(resp.Entries) < req.MaxEntries:
+			r.s.stats.ReaderShortAnswers++
+		}
+	}
 	r.core.Step(resp)
 	r.after()
 }
@@ -84,9 +104,14 @@ func (r *readerActor) after() {
 	s := r.s
 	reqs, results := r.core.Ready()
 	for _, req := range reqs {
+		r.asked[req.ID] = req
 		s.sendRequest(r.name(), r.gen, req)
 	}
 	for _, res := range results {
+		if res.EntryID != r.expect {
+			s.violate(kindReadOrder, "%s got entry %d, want entry %d next", r.name(), res.EntryID, r.expect)
+		}
+		r.expect = res.EntryID + 1
 		if res.Err != nil {
 			r.failed[res.EntryID] = true
 			s.e.tracef(r.name(), "read e%d failed: %v", res.EntryID, res.Err)

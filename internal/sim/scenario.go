@@ -40,6 +40,10 @@ type scenario struct {
 
 	readers int
 	faults  []fault
+	// reader is the readers' range configuration, and readerFaults the
+	// faults of the reading phase (at: after every recovery finished).
+	reader       readerConfig
+	readerFaults []fault
 
 	// explicitLacTicks is the writer's ExplicitLacTicks (0: off).
 	explicitLacTicks int
@@ -47,6 +51,11 @@ type scenario struct {
 	// before the next (a producer with nothing to send), where an idle
 	// writer's explicit LAC goes out with entries still to come.
 	idleAfter map[int]time.Duration
+}
+
+// readerConfig is what the readers' cores are configured with (0: the core's default).
+type readerConfig struct {
+	rangesInFlight, rangeEntries, rangeBytes int
 }
 
 type recovererPause struct {
@@ -199,6 +208,21 @@ func newScenario(e *engine) scenario {
 			sc.idleAfter[e.intn(1, sc.entries-1)] = e.between(50*time.Millisecond, 600*time.Millisecond)
 		}
 	}
+	// The readers' ranges, from one entry per request to the production
+	// default (one range for the whole ledger); small byte bounds make the
+	// bookies answer short (payloads are 17..64 bytes framed). Then faults
+	// while they read: a bookie crashes or is cut off mid-range.
+	sc.reader.rangeEntries = pick(e, []int{1, 2, 5, 16, 0})
+	sc.reader.rangesInFlight = pick(e, []int{1, 2, 0})
+	sc.reader.rangeBytes = pick(e, []int{0, 0, 100, 400})
+	for range e.intn(0, 2) {
+		f := fault{at: e.between(0, 250*time.Millisecond), dur: e.between(20*time.Millisecond, time.Second), bookie: e.intn(0, sc.bookies-1)}
+		f.kind = faultCrash
+		if e.chance(0.4) {
+			f.kind = faultIsolate
+		}
+		sc.readerFaults = append(sc.readerFaults, f)
+	}
 	return sc
 }
 
@@ -258,6 +282,10 @@ func (sc *scenario) String() string {
 	}
 	for _, f := range sc.faults {
 		fmt.Fprintf(&b, "; %s", f)
+	}
+	fmt.Fprintf(&b, "; readers: ranges=%d entries=%d bytes=%d", sc.reader.rangesInFlight, sc.reader.rangeEntries, sc.reader.rangeBytes)
+	for _, f := range sc.readerFaults {
+		fmt.Fprintf(&b, "; reading phase: %s", f)
 	}
 	return b.String()
 }

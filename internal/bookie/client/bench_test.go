@@ -24,14 +24,16 @@ const (
 // protocol path (encode, loopback TCP, decode, dispatch, respond), not storage.
 type nopEngine struct{}
 
-func (nopEngine) Add(_ server.AddRequest, done func(error))                { done(nil) }
-func (nopEngine) Read(int64, int64) (server.Entry, error)                  { return server.Entry{}, nil }
-func (nopEngine) ReadRange(int64, int64, int, int) ([]server.Entry, error) { return nil, nil }
-func (nopEngine) Fence(int64) (int64, error)                               { return -1, nil }
-func (nopEngine) WatchLAC(int64, int64, func(int64)) (func(), error)       { return func() {}, nil }
-func (nopEngine) WriteLAC(_, lac int64) (int64, error)                     { return lac, nil }
-func (nopEngine) DeleteLedger(int64) error                                 { return nil }
-func (nopEngine) Info() (uint64, uint64, bool)                             { return 0, 0, false }
+func (nopEngine) Add(_ server.AddRequest, done func(error)) { done(nil) }
+func (nopEngine) Read(int64, int64) (server.Entry, error)   { return server.Entry{}, nil }
+func (nopEngine) ReadRange(int64, int64, int, int) ([]server.Entry, func(), error) {
+	return nil, nil, nil
+}
+func (nopEngine) Fence(int64) (int64, error)                         { return -1, nil }
+func (nopEngine) WatchLAC(int64, int64, func(int64)) (func(), error) { return func() {}, nil }
+func (nopEngine) WriteLAC(_, lac int64) (int64, error)               { return lac, nil }
+func (nopEngine) DeleteLedger(int64) error                           { return nil }
+func (nopEngine) Info() (uint64, uint64, bool)                       { return 0, 0, false }
 
 // BenchmarkPipelinedAdds: 1 KiB adds over loopback with 256 in flight, against an engine
 // that acknowledges at once. Reports entries/s (MB/s counts payload bytes) and, as

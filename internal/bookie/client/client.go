@@ -429,11 +429,14 @@ func (c *Client) LongPollRead(ctx context.Context, addr string, ledgerID, previo
 	}, nil
 }
 
-// BatchRead reads consecutive entries from first: at most maxEntries and about maxBytes of
-// payload, and never more than fits in one frame. 0 means the bookie's own limit.
-func (c *Client) BatchRead(ctx context.Context, addr string, ledgerID, first int64, maxEntries, maxBytes int) ([]Entry, error) {
+// ReadRange reads consecutive entries of a ledger from first, with one BatchReadRequest: at
+// most maxEntries and about maxBytes of payload (0: the bookie's own limit). The bookie
+// answers with what fits in one frame, never less than the first entry, and stops before
+// the first entry it does not hold (ErrNoSuchEntry when that is first): fewer entries than
+// asked is a normal answer, and the caller continues after the last one.
+func (c *Client) ReadRange(ctx context.Context, addr string, ledgerID, first int64, maxEntries, maxBytes int) ([]Entry, error) {
 	if maxEntries < 0 || maxBytes < 0 {
-		return nil, fmt.Errorf("bookie %s: batch read ledger %d: %w: maxEntries %d, maxBytes %d", addr, ledgerID, ErrBadRequest, maxEntries, maxBytes)
+		return nil, fmt.Errorf("bookie %s: read range of ledger %d: %w: maxEntries %d, maxBytes %d", addr, ledgerID, ErrBadRequest, maxEntries, maxBytes)
 	}
 	resp, err := c.call(ctx, addr, ledgerID, &wire.Request{Body: &wire.Request_BatchRead{BatchRead: &wire.BatchReadRequest{
 		LedgerId:     ledgerID,
@@ -442,16 +445,16 @@ func (c *Client) BatchRead(ctx context.Context, addr string, ledgerID, first int
 		MaxBytes:     uint32(min(maxBytes, math.MaxUint32)),
 	}}})
 	if err = outcome(resp, err); err != nil {
-		return nil, fmt.Errorf("bookie %s: batch read ledger %d from %d: %w", addr, ledgerID, first, err)
+		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w", addr, ledgerID, first, err)
 	}
 	br := resp.GetBatchRead()
-	if br == nil {
-		return nil, fmt.Errorf("bookie %s: batch read ledger %d: %w: no body", addr, ledgerID, ErrMalformed)
+	if br == nil || len(br.GetEntries()) == 0 || (maxEntries > 0 && len(br.GetEntries()) > maxEntries) {
+		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: %d entries", addr, ledgerID, first, ErrMalformed, len(br.GetEntries()))
 	}
 	out := make([]Entry, len(br.GetEntries()))
 	for i, e := range br.GetEntries() {
 		if e.GetLedgerId() != ledgerID || e.GetEntryId() != first+int64(i) {
-			return nil, fmt.Errorf("bookie %s: batch read ledger %d from %d: %w: entry %d is ledger %d entry %d",
+			return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: entry %d is ledger %d entry %d",
 				addr, ledgerID, first, ErrMalformed, i, e.GetLedgerId(), e.GetEntryId())
 		}
 		out[i] = Entry{LedgerID: e.GetLedgerId(), EntryID: e.GetEntryId(), LastAddConfirmed: e.GetLastAddConfirmed(), Payload: e.GetPayload()}

@@ -242,7 +242,7 @@ func TestReadFenceAndStatusErrors(t *testing.T) {
 		{"missing entry", readErr(c.Read(ctx, b.addr, 9, 100, false)), client.ErrNoSuchEntry},
 		{"missing ledger", readErr(c.Read(ctx, b.addr, 10, 0, false)), client.ErrNoSuchLedger},
 		{"bad request", readErr(c.Read(ctx, b.addr, -4, 0, false)), client.ErrBadRequest},
-		{"negative batch bound", batchErr(c.BatchRead(ctx, b.addr, 9, 0, -1, 0)), client.ErrBadRequest},
+		{"negative batch bound", batchErr(c.ReadRange(ctx, b.addr, 9, 0, -1, 0)), client.ErrBadRequest},
 	}
 	for _, tc := range tests {
 		if !errors.Is(tc.err, tc.want) || (tc.want == nil && tc.err != nil) {
@@ -396,6 +396,52 @@ func TestWriteLacAsync(t *testing.T) {
 	}
 }
 
+// TestReadRange: a range read answers what the bookie holds from the first
+// entry on, bounded by the request and by one frame; a caller continues
+// after the last entry it got and so reads everything, each entry once.
+func TestReadRange(t *testing.T) {
+	const maxFrame = 4096
+	b := startBookie(t, server.Config{MaxFrameBytes: maxFrame})
+	c := newClient(t, client.Config{})
+	ctx := testContext(t)
+	big := func(entry int64) []byte { return bytes.Repeat(payloadOf(9, entry), 60) } // ~1 KiB
+	const n = 20
+	for i := range int64(n) {
+		if err := c.Add(ctx, b.addr, client.AddRequest{LedgerID: 9, EntryID: i, LastAddConfirmed: i - 1, Payload: big(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if entries, err := c.ReadRange(ctx, b.addr, 9, 18, 10, 0); err != nil || len(entries) != 2 {
+		t.Fatalf("range past the end: %d entries, %v; want the 2 held", len(entries), err)
+	}
+	if _, err := c.ReadRange(ctx, b.addr, 9, n, 10, 0); !errors.Is(err, client.ErrNoSuchEntry) {
+		t.Fatalf("range from past the end: %v, want ErrNoSuchEntry", err)
+	}
+	if _, err := c.ReadRange(ctx, b.addr, 10, 0, 10, 0); !errors.Is(err, client.ErrNoSuchLedger) {
+		t.Fatalf("range of an unknown ledger: %v, want ErrNoSuchLedger", err)
+	}
+	// Unbounded by the request, bounded by the 4 KiB frame: a few entries
+	// per answer.
+	next, answers := int64(0), 0
+	for next < n {
+		entries, err := c.ReadRange(ctx, b.addr, 9, next, 0, 0)
+		if err != nil {
+			t.Fatalf("range from %d: %v", next, err)
+		}
+		if len(entries) >= n {
+			t.Fatalf("range from %d: %d entries in a %d-byte frame", next, len(entries), maxFrame)
+		}
+		for _, e := range entries {
+			if e.EntryID != next || !bytes.Equal(e.Payload, big(next)) {
+				t.Fatalf("entry %d: id %d, %d bytes", next, e.EntryID, len(e.Payload))
+			}
+			next++
+		}
+		answers++
+	}
+	t.Logf("%d entries of ~1 KiB in %d frame-bounded answers", n, answers)
+}
+
 func TestBatchReadDeleteInfo(t *testing.T) {
 	b := startBookie(t, server.Config{})
 	c := newClient(t, client.Config{})
@@ -405,7 +451,7 @@ func TestBatchReadDeleteInfo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	entries, err := c.BatchRead(ctx, b.addr, 4, 5, 10, 0)
+	entries, err := c.ReadRange(ctx, b.addr, 4, 5, 10, 0)
 	if err != nil || len(entries) != 10 {
 		t.Fatalf("batch read: %d entries, %v", len(entries), err)
 	}
@@ -414,7 +460,7 @@ func TestBatchReadDeleteInfo(t *testing.T) {
 			t.Fatalf("entry %d: %+v", i, e)
 		}
 	}
-	if entries, err := c.BatchRead(ctx, b.addr, 4, 15, 0, 1); err != nil || len(entries) != 1 {
+	if entries, err := c.ReadRange(ctx, b.addr, 4, 15, 0, 1); err != nil || len(entries) != 1 {
 		t.Fatalf("batch read bounded by bytes: %d entries, %v", len(entries), err)
 	}
 	free, total, readOnly, err := c.Info(ctx, b.addr)

@@ -295,13 +295,13 @@ func (a engineAdapter) Read(ledgerID, entryID int64) (server.Entry, error) {
 	return server.Entry(e), err
 }
 
-func (a engineAdapter) ReadRange(ledgerID, first int64, maxEntries, maxBytes int) ([]server.Entry, error) {
-	es, err := a.e.ReadRange(ledgerID, first, maxEntries, maxBytes)
+func (a engineAdapter) ReadRange(ledgerID, first int64, maxEntries, maxBytes int) ([]server.Entry, func(), error) {
+	es, release, err := a.e.ReadRangeRecycled(ledgerID, first, maxEntries, maxBytes)
 	out := make([]server.Entry, len(es))
 	for i, e := range es {
 		out[i] = server.Entry(e)
 	}
-	return out, err
+	return out, release, err
 }
 
 func (a engineAdapter) Fence(ledgerID int64) (int64, error) { return a.e.Fence(ledgerID) }

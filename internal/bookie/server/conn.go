@@ -11,9 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-
 	"quire/internal/bookie/wire"
 )
 
@@ -80,6 +77,7 @@ func (c *conn) serve() {
 // add, which the writer encodes without building a message.
 type outgoing struct {
 	resp              *wire.Response
+	batch             *batchReadAnswer // an OK batch read, written from the engine's buffers
 	addOK             bool
 	requestID         uint64
 	ledgerID, entryID int64
@@ -233,17 +231,17 @@ func (c *conn) dispatch(req *wire.Request, received time.Time) {
 	}
 	switch body := req.GetBody().(type) {
 	case *wire.Request_Read:
-		c.runWorker(kind, received, func() *wire.Response { return c.read(id, body.Read) })
+		c.runWorker(kind, received, func() outgoing { return outgoing{resp: c.read(id, body.Read)} })
 	case *wire.Request_LongPollRead:
 		c.longPollRead(id, body.LongPollRead, received)
 	case *wire.Request_BatchRead:
-		c.runWorker(kind, received, func() *wire.Response { return c.batchRead(id, body.BatchRead) })
+		c.runWorker(kind, received, func() outgoing { return c.batchRead(id, body.BatchRead) })
 	case *wire.Request_DeleteLedger:
-		c.runWorker(kind, received, func() *wire.Response {
+		c.runWorker(kind, received, func() outgoing {
 			err := c.s.engine.DeleteLedger(body.DeleteLedger.GetLedgerId())
-			return c.answer(&wire.Response{RequestId: id, Body: &wire.Response_DeleteLedger{
+			return outgoing{resp: c.answer(&wire.Response{RequestId: id, Body: &wire.Response_DeleteLedger{
 				DeleteLedger: &wire.DeleteLedgerResponse{},
-			}}, err)
+			}}, err)}
 		})
 	case *wire.Request_WriteLac:
 		// On the reader goroutine, like adds: the engine sees the update after every add
@@ -370,7 +368,7 @@ func (c *conn) queueResponse(kind requestKind, received time.Time, admitted bool
 
 // runWorker runs fn, which calls the engine and may block, on its own goroutine and
 // responds with its result. The number of workers is bounded by MaxInFlightPerConn.
-func (c *conn) runWorker(kind requestKind, received time.Time, fn func() *wire.Response) {
+func (c *conn) runWorker(kind requestKind, received time.Time, fn func() outgoing) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -381,7 +379,12 @@ func (c *conn) runWorker(kind requestKind, received time.Time, fn func() *wire.R
 	c.mu.Unlock()
 	go func() {
 		defer c.workers.Done()
-		c.respond(kind, received, true, fn())
+		out := fn()
+		status := out.resp.GetStatus()
+		if out.batch != nil {
+			status = wire.Status_OK
+		}
+		c.queueResponse(kind, received, true, out, status)
 	}()
 }
 
@@ -461,7 +464,7 @@ func (c *conn) read(id uint64, r *wire.ReadRequest) *wire.Response {
 // the body's tag and length.
 const responseOverheadBytes = 32
 
-func (c *conn) batchRead(id uint64, r *wire.BatchReadRequest) *wire.Response {
+func (c *conn) batchRead(id uint64, r *wire.BatchReadRequest) outgoing {
 	maxFrame := c.s.cfg.MaxFrameBytes
 	maxEntries := int(r.GetMaxEntries())
 	if maxEntries <= 0 || maxEntries > c.s.cfg.MaxBatchReadEntries {
@@ -471,31 +474,30 @@ func (c *conn) batchRead(id uint64, r *wire.BatchReadRequest) *wire.Response {
 	if maxBytes <= 0 || maxBytes > maxFrame {
 		maxBytes = maxFrame
 	}
-	entries, err := c.s.engine.ReadRange(r.GetLedgerId(), r.GetFirstEntryId(), maxEntries, maxBytes)
+	entries, release, err := c.s.engine.ReadRange(r.GetLedgerId(), r.GetFirstEntryId(), maxEntries, maxBytes)
 	if err != nil {
-		return c.answer(&wire.Response{RequestId: id}, err)
+		if release != nil {
+			release()
+		}
+		return outgoing{resp: c.answer(&wire.Response{RequestId: id}, err)}
 	}
 	// The engine counts payload bytes; the frame counts encodings. Keep the entries that
 	// fit in one frame, in order.
-	out := make([]*wire.Entry, 0, min(len(entries), maxEntries))
-	size := responseOverheadBytes
+	n, size := 0, responseOverheadBytes
 	for _, e := range entries[:min(len(entries), maxEntries)] {
-		we := &wire.Entry{LedgerId: e.LedgerID, EntryId: e.EntryID, LastAddConfirmed: e.LastAddConfirmed, Payload: e.Payload}
-		n := proto.Size(we)
-		n += protowire.SizeTag(1) + protowire.SizeVarint(uint64(n))
-		if size+n > maxFrame {
+		if size += entryFieldSize(e); size > maxFrame {
 			break
 		}
-		size += n
-		out = append(out, we)
+		n++
 	}
-	if len(out) == 0 && len(entries) > 0 {
-		return &wire.Response{RequestId: id, Status: wire.Status_IO_ERROR, ErrorMessage: fmt.Sprintf(
-			"entry %d of ledger %d does not fit in a %d-byte frame", entries[0].EntryID, entries[0].LedgerID, maxFrame)}
+	if n == 0 && len(entries) > 0 {
+		if release != nil {
+			release()
+		}
+		return outgoing{resp: &wire.Response{RequestId: id, Status: wire.Status_IO_ERROR, ErrorMessage: fmt.Sprintf(
+			"entry %d of ledger %d does not fit in a %d-byte frame", entries[0].EntryID, entries[0].LedgerID, maxFrame)}}
 	}
-	return &wire.Response{RequestId: id, Status: wire.Status_OK, Body: &wire.Response_BatchRead{
-		BatchRead: &wire.BatchReadResponse{Entries: out},
-	}}
+	return outgoing{batch: &batchReadAnswer{requestID: id, entries: entries[:n], release: release}}
 }
 
 // writeLoop writes queued responses through a buffer and flushes whenever the queue is
@@ -504,6 +506,7 @@ func (c *conn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, ioBufferBytes)
 	var spare []outgoing
 	var frame []byte
+	var cuts []int // where batch reads' payloads go in frame
 	for {
 		c.mu.Lock()
 		batch, closed := c.queue, c.closed
@@ -539,6 +542,14 @@ func (c *conn) writeLoop() {
 			switch {
 			case out.addOK:
 				frame = wire.AppendAddOKResponseFrame(frame[:0], out.requestID, out.ledgerID, out.entryID)
+			case out.batch != nil:
+				var err error
+				if frame, cuts, err = writeBatchRead(bw, c.nc, frame, cuts, out.batch); err != nil {
+					c.writeFailed(err)
+					return
+				}
+				batch[i] = outgoing{}
+				continue
 			case out.resp == nil:
 				continue // respond(nil) is only used once the connection is closed
 			default:
@@ -557,6 +568,9 @@ func (c *conn) writeLoop() {
 		}
 		if cap(frame) > retainFrameBytes {
 			frame = nil
+		}
+		if cap(cuts) > retainFrameBytes/64 {
+			cuts = nil
 		}
 		spare = batch
 	}

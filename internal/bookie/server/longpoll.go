@@ -94,7 +94,7 @@ func (lp *longPoll) notify(lac int64) {
 		timer.Stop()
 	}
 	lp.c.untrackPoll(lp)
-	lp.c.runWorker(kindLongPollRead, lp.received, func() *wire.Response { return lp.readAfter(lac) })
+	lp.c.runWorker(kindLongPollRead, lp.received, func() outgoing { return outgoing{resp: lp.readAfter(lac)} })
 }
 
 // readAfter answers with lac and entry previousLAC+1 when this bookie has it. Without the

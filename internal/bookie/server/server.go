@@ -52,8 +52,10 @@ type Engine interface {
 	// Read returns one entry, or with entryID -1 the ledger's LAC (Entry.LastAddConfirmed).
 	Read(ledgerID, entryID int64) (Entry, error)
 	// ReadRange returns consecutive entries from firstEntryID, at most maxEntries and about
-	// maxBytes of payload.
-	ReadRange(ledgerID, firstEntryID int64, maxEntries, maxBytes int) ([]Entry, error)
+	// maxBytes of payload. release, if not nil, is called once the server no longer uses
+	// the payloads (they are written to the network, or the connection dropped them): the
+	// engine may reuse their memory then. The server may also never call it.
+	ReadRange(ledgerID, firstEntryID int64, maxEntries, maxBytes int) (entries []Entry, release func(), err error)
 	// Fence makes the ledger reject later non-recovery adds (durably) and returns its LAC.
 	Fence(ledgerID int64) (lastAddConfirmed int64, err error)
 	// WatchLAC calls notify once, with the new LAC, when the ledger's LAC exceeds

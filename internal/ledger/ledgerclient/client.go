@@ -41,6 +41,12 @@ type Config struct {
 	// bookies so that tailing readers (WaitLAC) see its last entry. Default
 	// DefaultExplicitLacTicks; negative turns it off.
 	ExplicitLacTicks int
+	// ReadRangesInFlight, ReadRangeEntries and ReadRangeBytes are the
+	// readers' range settings (ledger.ReaderConfig's MaxRangesInFlight,
+	// MaxRangeEntries, MaxRangeBytes); zero takes the core's default.
+	ReadRangesInFlight int
+	ReadRangeEntries   int
+	ReadRangeBytes     int
 	// MaxInFlight bounds each writer's entries added and not yet
 	// acknowledged (default DefaultMaxInFlight); an Add beyond it fails
 	// with ledger.ErrTooManyInFlight. See Client.MaxInFlight.
@@ -221,6 +227,23 @@ func (c *Client) send(req ledger.Request, deliver func(ledger.Response)) {
 			defer cancel()
 			e, err := c.cfg.Bookies.Read(ctx, addr, req.LedgerID, req.EntryID, req.Fence)
 			deliver(ledger.Response{ID: req.ID, From: req.To, Status: statusOf(err), LastAddConfirmed: e.LastAddConfirmed, Payload: e.Payload})
+		}()
+	case ledger.RequestReadRange:
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.cfg.RequestTimeoutTicks)*c.cfg.Tick)
+			defer cancel()
+			es, err := c.cfg.Bookies.ReadRange(ctx, addr, req.LedgerID, req.EntryID, req.MaxEntries, req.MaxBytes)
+			if err != nil {
+				c.log.Debug("range read failed", "bookie", req.To, "ledger", req.LedgerID, "from", req.EntryID, "err", err)
+			}
+			resp := ledger.Response{ID: req.ID, From: req.To, Status: statusOf(err), LastAddConfirmed: -1}
+			if err == nil {
+				resp.Entries = make([][]byte, len(es))
+				for i, e := range es {
+					resp.Entries[i] = e.Payload
+				}
+			}
+			deliver(resp)
 		}()
 	}
 }
@@ -433,21 +456,41 @@ func (c *Client) Recover(ctx context.Context, id int64) (ledger.Metadata, error)
 }
 
 // Read returns entries first..last of a CLOSED ledger (or of an open one up
-// to its LAC), in order.
+// to its LAC), in order. The ledger core reads them in ranges of consecutive
+// entries from one replica each (ledger.Reader).
+//
+// Bookie addresses come from the client's cache of the registry, read again
+// only when the ledger names a bookie the cache does not know, or once when
+// a read fails (a bookie may have come back on another address).
 func (c *Client) Read(ctx context.Context, md ledger.Metadata, first, last int64) ([][]byte, error) {
 	if first > last {
 		return nil, nil
 	}
-	core := ledger.NewReader(ledger.ReaderConfig{Metadata: md, TimeoutTicks: c.cfg.RequestTimeoutTicks}, first, last)
-	if _, err := c.RefreshCluster(ctx); err != nil {
-		return nil, err
+	if !c.knows(md.BookiesOf(first, last)) {
+		if _, err := c.RefreshCluster(ctx); err != nil {
+			return nil, err
+		}
 	}
+	out, err := c.read(ctx, md, first, last, make([][]byte, 0, last-first+1))
+	if err != nil && ctx.Err() == nil {
+		next := first + int64(len(out))
+		if _, rerr := c.RefreshCluster(ctx); rerr == nil {
+			out, err = c.read(ctx, md, next, last, out)
+		}
+	}
+	return out, err
+}
+
+// read runs one reader core over first..last, appending the payloads to out
+// until the first entry it cannot read.
+func (c *Client) read(ctx context.Context, md ledger.Metadata, first, last int64, out [][]byte) ([][]byte, error) {
+	core := ledger.NewReader(ledger.ReaderConfig{Metadata: md, TimeoutTicks: c.cfg.RequestTimeoutTicks,
+		MaxRangesInFlight: c.cfg.ReadRangesInFlight, MaxRangeEntries: c.cfg.ReadRangeEntries, MaxRangeBytes: c.cfg.ReadRangeBytes}, first, last)
 	var (
 		l        *loop.Loop
 		finished bool
 		err      error
 	)
-	out := make([][]byte, 0, last-first+1)
 	l = loop.New(loop.Config{Tick: c.cfg.Tick, OnTick: func(time.Time) { core.Tick() }, Ready: func() {
 		if finished || ctx.Err() != nil {
 			return // stopping: start nothing more

@@ -148,12 +148,12 @@ func (e *Engine) Read(ledgerID, entryID int64) (server.Entry, error) {
 }
 
 // ReadRange returns consecutive entries; the first one even when it alone exceeds maxBytes.
-func (e *Engine) ReadRange(ledgerID, firstEntryID int64, maxEntries, maxBytes int) ([]server.Entry, error) {
+func (e *Engine) ReadRange(ledgerID, firstEntryID int64, maxEntries, maxBytes int) ([]server.Entry, func(), error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	l := e.ledgerLocked(ledgerID, false)
 	if l == nil {
-		return nil, fmt.Errorf("read ledger %d: %w", ledgerID, wire.ErrNoSuchLedger)
+		return nil, nil, fmt.Errorf("read ledger %d: %w", ledgerID, wire.ErrNoSuchLedger)
 	}
 	var out []server.Entry
 	size := 0
@@ -166,9 +166,9 @@ func (e *Engine) ReadRange(ledgerID, firstEntryID int64, maxEntries, maxBytes in
 		out = append(out, ent)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("read ledger %d entry %d: %w", ledgerID, firstEntryID, wire.ErrNoSuchEntry)
+		return nil, nil, fmt.Errorf("read ledger %d entry %d: %w", ledgerID, firstEntryID, wire.ErrNoSuchEntry)
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 // Fence fences the ledger, creating it if this bookie never saw it (as a bookie must: a
