@@ -179,3 +179,16 @@ func waitForData(ctx context.Context, parts []fetchPartition, deadline time.Time
 	chosen, _, _ := reflect.Select(cases)
 	return chosen - 2
 }
+
+// fetchResponseSize bounds what the records of a fetch response add to its
+// encoding, with a generous allowance for each partition's other fields.
+func fetchResponseSize(fr *kmsg.FetchResponse) int {
+	n := 64
+	for _, t := range fr.Topics {
+		n += 64 + len(t.Topic)
+		for _, p := range t.Partitions {
+			n += 96 + len(p.RecordBatches) + 24*len(p.AbortedTransactions)
+		}
+	}
+	return n
+}

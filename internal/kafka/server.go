@@ -427,6 +427,11 @@ func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out 
 	if item.flexibleHeader {
 		dst = append(dst, 0) // no header tags
 	}
+	if fr, ok := resp.(*kmsg.FetchResponse); ok {
+		// The records are most of a fetch response: room for them at once,
+		// so that encoding copies each batch once instead of growing dst.
+		dst = slices.Grow(dst, fetchResponseSize(fr))
+	}
 	dst = resp.AppendTo(dst)
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return dst, nil

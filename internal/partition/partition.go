@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -532,6 +533,13 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 		if len(es) == 0 {
 			break
 		}
+		// One allocation for what this round may append, rather than
+		// growing (and copying) as batches are appended.
+		need := 0
+		for _, e := range es {
+			need += len(e.Payload)
+		}
+		res.Records = slices.Grow(res.Records, min(need, max(int(maxBytes-total), len(es[0].Payload))))
 		full := false
 		for _, e := range es {
 			b, err := ParseBatch(e.Payload)

@@ -261,7 +261,7 @@ func decodeAddResponse(body []byte, out *AddResponseFrame) bool {
 // next call. Any other request comes back as ReadRequest returns it (an add in an unusual
 // encoding too). Errors as for ReadRequest.
 func (fr *FrameReader) ReadRequestOrAdd(add *AddRequestFrame) (req *Request, isAdd bool, err error) {
-	body, err := fr.readFrame()
+	body, err := fr.readFrame(false)
 	if err != nil {
 		return nil, false, err
 	}
@@ -275,13 +275,23 @@ func (fr *FrameReader) ReadRequestOrAdd(add *AddRequestFrame) (req *Request, isA
 // ReadResponseOrAdd reads one response frame. A response with a status, no error message
 // and at most an add body is decoded into *add without allocating (isAdd true, resp nil).
 // Any other response comes back as ReadResponse returns it. Errors as for ReadResponse.
+//
+// A batch-read response larger than the buffered reader's buffer is decoded with its
+// entries' payloads aliasing the frame's buffer, which the reader gives up to the caller
+// (no copy of the payloads; the next large frame gets a new buffer).
 func (fr *FrameReader) ReadResponseOrAdd(add *AddResponseFrame) (resp *Response, isAdd bool, err error) {
-	body, err := fr.readFrame()
+	body, err := fr.readFrame(true)
 	if err != nil {
 		return nil, false, err
 	}
 	if decodeAddResponse(body, add) {
 		return nil, true, nil
+	}
+	if len(body) > fr.r.Size() {
+		if resp, ok := decodeBatchReadResponse(body); ok {
+			fr.buf = nil // the payloads alias it: it is the caller's now
+			return resp, false, nil
+		}
 	}
 	resp, err = fr.unmarshalResponse(body)
 	return resp, false, err

@@ -194,6 +194,18 @@ func checkFastAddAgrees(t *testing.T, body []byte) {
 			t.Fatalf("fast path decoded %v, protobuf %v", got, &want)
 		}
 	}
+	if got, ok := decodeBatchReadResponse(body); ok {
+		var want Response
+		if err := proto.Unmarshal(body, &want); err != nil {
+			t.Fatalf("batch-read fast path accepted a response that protobuf rejects: %v", err)
+		}
+		if ValidateResponse(&want) != nil {
+			t.Fatalf("batch-read fast path accepted a response without status: %v", &want)
+		}
+		if !proto.Equal(got, &want) {
+			t.Fatalf("batch-read fast path decoded %v, protobuf %v", got, &want)
+		}
+	}
 }
 
 // FuzzFastDecode: whatever the bytes, a frame body that a fast decoder accepts decodes

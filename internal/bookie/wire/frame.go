@@ -95,7 +95,8 @@ type FrameReader struct {
 	maxFrameBytes int
 	// buf is reused between frames that do not fit in r's buffer (smaller ones are read in
 	// place, from r's buffer). Messages decoded by protobuf never alias either: unmarshalling
-	// copies bytes fields; only the fast paths' AddRequestFrame.Payload does.
+	// copies bytes fields; only the fast paths' AddRequestFrame.Payload does, and a large
+	// batch-read response's payloads, whose buffer the reader then gives up.
 	buf []byte
 	// header holds a length prefix being read (a field, so reading it allocates nothing).
 	header [FrameHeaderBytes]byte
@@ -115,7 +116,7 @@ func NewFrameReader(r *bufio.Reader, maxFrameBytes int) *FrameReader {
 // that breaks the protocol (after which the stream cannot be resynchronised: close it), and
 // any other error from the underlying reader as is (wrapped).
 func (fr *FrameReader) ReadRequest() (*Request, error) {
-	body, err := fr.readFrame()
+	body, err := fr.readFrame(false)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func (fr *FrameReader) unmarshalRequest(body []byte) (*Request, error) {
 
 // ReadResponse reads and validates one Response frame; errors as for ReadRequest.
 func (fr *FrameReader) ReadResponse() (*Response, error) {
-	body, err := fr.readFrame()
+	body, err := fr.readFrame(false)
 	if err != nil {
 		return nil, err
 	}
@@ -184,8 +185,10 @@ func ValidateResponse(resp *Response) error {
 }
 
 // readFrame returns the next frame's body, valid until the next call (it may alias the
-// buffered reader's buffer).
-func (fr *FrameReader) readFrame() ([]byte, error) {
+// buffered reader's buffer). exact: a frame larger than the buffered reader's buffer is read
+// into a buffer of its claimed length at once, not grown as bytes arrive (for frames from a
+// peer trusted not to lie about lengths: a bookie's responses).
+func (fr *FrameReader) readFrame(exact bool) ([]byte, error) {
 	header := fr.header[:]
 	n, err := io.ReadFull(fr.r, header)
 	if n == 0 && errors.Is(err, io.EOF) {
@@ -203,6 +206,9 @@ func (fr *FrameReader) readFrame() ([]byte, error) {
 	}
 	if uint64(length) > uint64(fr.maxFrameBytes) {
 		return nil, fmt.Errorf("%w: %d bytes, max %d", ErrFrameTooLarge, length, fr.maxFrameBytes)
+	}
+	if exact && int(length) > fr.r.Size() && cap(fr.buf) < int(length) {
+		fr.buf = make([]byte, 0, length)
 	}
 	body, err := fr.readBody(int(length))
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
