@@ -73,6 +73,9 @@ const (
 	// readAheadMinEntries and readAheadMaxEntries bound one fetch.
 	readAheadMinEntries = 8
 	readAheadMaxEntries = 2048
+	// readAheadFirstChunk is how many entries a fetch reads before it knows
+	// how large they are.
+	readAheadFirstChunk = 8
 )
 
 // readAhead is one managed ledger's read-ahead buffer and the sequential
@@ -380,14 +383,28 @@ func (t *ManagedLedger) prefetch(plan fetchPlan) {
 			t.readAhead.budget.give(plan.reserve)
 			return
 		}
+		// The plan's entry count comes from an average entry size that may
+		// be far off (a topic's first fetch, or entries that grew): read in
+		// chunks sized by the bytes read so far and stop at the reserved
+		// bytes, so that a fetch never holds much more than it reserved.
 		var got []Entry
+		var bytes int64
+		chunk := int64(readAheadFirstChunk)
+	spans:
 		for _, span := range spans {
-			payloads, err := t.readSpan(t.ctx, span)
-			for i, p := range payloads {
-				got = append(got, Entry{Pos: mlog.Position{LedgerID: span.Ledger, EntryID: span.First + int64(i)}, Payload: p})
-			}
-			if err != nil {
-				break
+			for first := span.First; first <= span.Last; {
+				last := min(span.Last, first+chunk-1)
+				payloads, err := t.readSpan(t.ctx, mlog.ReadSpan{Ledger: span.Ledger, First: first, Last: last})
+				for i, p := range payloads {
+					got = append(got, Entry{Pos: mlog.Position{LedgerID: span.Ledger, EntryID: first + int64(i)}, Payload: p})
+					bytes += int64(len(p))
+				}
+				if err != nil || bytes >= plan.reserve || len(got) == 0 {
+					break spans
+				}
+				avg := max(bytes/int64(len(got)), 1)
+				chunk = min(max((plan.reserve-bytes)/avg, 1), readAheadMaxEntries)
+				first = last + 1
 			}
 		}
 		if len(got) > 0 {

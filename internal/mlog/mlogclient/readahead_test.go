@@ -117,3 +117,43 @@ func TestReadAheadAtAnExhaustedBudget(t *testing.T) {
 		t.Fatalf("read-ahead hits %d, skipped %d: want none served and skips counted", st.ReadAheadHits, st.ReadAheadSkipped)
 	}
 }
+
+// TestReadAheadFetchStopsAtItsReservation: entries four times larger than
+// the read-ahead's first guess of an entry's size. A fetch sized in entries
+// by that guess would read four times what it reserved and evict most of it
+// before the reader gets there; a fetch stops at its reserved bytes instead,
+// so nearly every entry fetched is served.
+func TestReadAheadFetchStopsAtItsReservation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := startCluster(t)
+	cfg := config(t, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 500}, Retention: keepAll})
+	cfg.ReadAheadBytes, cfg.ReadAheadBudget = 1<<20, NewReadAheadBudget(64<<20)
+	cfg.CacheEntries = 1
+	tp, err := Open(ctx, "tenant/ns/large", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close(context.Background())
+	const n, size = 200, 64 << 10
+	large := func(i int) []byte { return append(payload(i), bytes.Repeat([]byte{'x'}, size)...) }
+	for i := range n {
+		if _, err := tp.Append(ctx, large(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readAll(t, ctx, tp, mlog.Position{})
+	if len(got) != n {
+		t.Fatalf("read %d of %d", len(got), n)
+	}
+	for i, e := range got {
+		if !bytes.Equal(e.Payload, large(i)) {
+			t.Fatalf("entry %d differs", i)
+		}
+	}
+	st, _ := tp.Stats(ctx)
+	wasted := st.ReadAheadFetched - st.ReadAheadHits
+	if st.ReadAheadHits == 0 || wasted > 16 {
+		t.Fatalf("read-ahead fetched %d entries, served %d: want nearly all fetched entries served", st.ReadAheadFetched, st.ReadAheadHits)
+	}
+}
