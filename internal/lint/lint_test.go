@@ -79,6 +79,13 @@ var cores = []corePackage{
 			"policy.go", "position.go", "rangeset.go", "record.go", "types.go"},
 	},
 	{
+		// The whole package is core: its shell (the on-disk log, the
+		// fetchers, the etcd controller) is the next issue's.
+		dir: "internal/isr",
+		core: []string{"controller.go", "doc.go", "election.go", "follower.go", "invariants.go", "leader.go",
+			"log.go", "memlog.go", "replica.go", "state.go", "types.go"},
+	},
+	{
 		// offsets.go is core: Group methods that take the time as an
 		// argument and return OffsetWrites for the shell to persist.
 		dir:   "internal/kafka/group",

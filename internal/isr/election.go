@@ -1,0 +1,199 @@
+package isr
+
+import (
+	"fmt"
+	"slices"
+)
+
+// checkImbalance is Kafka's checkAndTriggerAutoLeaderRebalance: per
+// preferred broker, the share of its partitions led by someone else.
+func (c *Controller) checkImbalance() {
+	preferredOf := map[BrokerID][]*partition{}
+	var ids []BrokerID
+	for _, name := range c.names {
+		p := c.parts[name]
+		if !p.exists {
+			continue
+		}
+		pref := p.state.Replicas[0]
+		if _, ok := preferredOf[pref]; !ok {
+			ids = append(ids, pref)
+		}
+		preferredOf[pref] = append(preferredOf[pref], p)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		ps := preferredOf[id]
+		notLed := 0
+		for _, p := range ps {
+			if p.state.Leader != id {
+				notLed++
+			}
+		}
+		if notLed*100 <= c.cfg.ImbalancePercent*len(ps) || !c.alive(id) {
+			continue
+		}
+		for _, p := range ps {
+			if p.state.Leader != id && p.state.InISR(id) {
+				p.wantPreferred = true
+				c.reconcile(p)
+			}
+		}
+	}
+}
+
+// targetELR is KIP-966's ELR for an ISR change from cur to target: empty
+// once the ISR reaches min.insync.replicas; otherwise the members leaving
+// the ISR join it, minus those that lost data in an unclean shutdown since
+// they were admitted (Kafka's maybePopulateTargetElr).
+func (c *Controller) targetELR(cur PartitionState, target []Member) []Member {
+	if c.cfg.DisableELR || len(target) >= c.cfg.MinISR {
+		return nil
+	}
+	var elr []Member
+	for _, m := range append(slices.Clone(cur.ELR), cur.ISR...) {
+		if memberIndex(target, m.ID) >= 0 || memberIndex(elr, m.ID) >= 0 || c.lostSince(m.ID, m.BrokerEpoch) {
+			continue
+		}
+		elr = append(elr, m)
+	}
+	return sortMembers(elr, cur.Replicas)
+}
+
+func (c *Controller) reconcileAll() {
+	for _, name := range c.names {
+		c.reconcile(c.parts[name])
+	}
+}
+
+// reconcile brings a settled record in line with broker liveness: fenced or
+// re-registered brokers leave the ISR, ELR members that lost data leave the
+// ELR, a partition whose leader is gone gets one (ISR, then ELR, then —
+// only if enabled — any live replica), and a wanted preferred-leader
+// election happens. At most one write is started.
+func (c *Controller) reconcile(p *partition) {
+	if c.deposed || !p.exists || p.inflight != nil || p.readOp != 0 || !p.retryAt.IsZero() {
+		return
+	}
+	s := p.state.Clone()
+	cur := p.state
+	var events []Event
+	// Members of the ISR whose broker is fenced or registered again since
+	// they were admitted leave it. Without ELR the last member stays: it
+	// is the only candidate for a clean election when it returns.
+	isr := make([]Member, 0, len(s.ISR))
+	for _, m := range s.ISR {
+		if b := c.brokers[m.ID]; b != nil && !b.fenced && b.epoch == m.BrokerEpoch {
+			isr = append(isr, m)
+		}
+	}
+	if len(isr) == 0 && len(s.ISR) > 0 && c.cfg.DisableELR {
+		isr = s.ISR[:1:1]
+		if len(s.ISR) > 1 {
+			// Keep the leader if there is one, else the first.
+			if i := memberIndex(s.ISR, s.Leader); i >= 0 {
+				isr = []Member{s.ISR[i]}
+			}
+		}
+	}
+	if !slices.Equal(isr, s.ISR) {
+		s.ELR = c.targetELR(cur, isr)
+		s.ISR = isr
+	}
+	elr := s.ELR[:0:0]
+	for _, m := range s.ELR {
+		if !c.lostSince(m.ID, m.BrokerEpoch) {
+			elr = append(elr, m)
+		}
+	}
+	s.ELR = elr
+	if len(s.ELR) == 0 {
+		s.ELR = nil
+	}
+
+	leaderOK := s.Leader != NoLeader && c.alive(s.Leader) && c.brokers[s.Leader].epoch == s.LeaderBrokerEpoch && s.InISR(s.Leader)
+	switch {
+	case !leaderOK:
+		wasLeader, epoch := s.Leader, s.LeaderEpoch
+		events = c.elect(&s)
+		if s.Leader == NoLeader && wasLeader == NoLeader {
+			// Still nobody to elect: no leader change, no new epoch.
+			s.LeaderEpoch, events = epoch, nil
+		}
+	case p.wantPreferred:
+		pref := s.Replicas[0]
+		if s.Leader != pref && c.alive(pref) && s.InISR(pref) {
+			s.Leader, s.LeaderBrokerEpoch = pref, c.brokers[pref].epoch
+			s.LeaderEpoch++
+			events = append(events, Event{Kind: EventRebalance, Partition: s.Partition, Broker: pref, Epoch: s.LeaderEpoch})
+		}
+	}
+	p.wantPreferred = false
+	if s.SameContent(p.state) {
+		return
+	}
+	if s.Leader != NoLeader {
+		if i := memberIndex(s.ISR, s.Leader); i >= 0 {
+			s.ISR[i].BrokerEpoch = s.LeaderBrokerEpoch // the leader's current registration
+		}
+	}
+	s.PartitionEpoch++
+	if err := s.Validate(); err != nil {
+		panic(fmt.Sprintf("isr: controller built an invalid record %s: %v", s, err))
+	}
+	c.write(p, s, nil, events)
+}
+
+// elect chooses a leader for s in place and returns what to report.
+func (c *Controller) elect(s *PartitionState) []Event {
+	s.LeaderEpoch++
+	s.Leader, s.LeaderBrokerEpoch = NoLeader, 0
+	pick := func(ok func(BrokerID) bool) BrokerID {
+		for _, id := range s.Replicas {
+			if c.alive(id) && ok(id) {
+				return id
+			}
+		}
+		return NoLeader
+	}
+	var how string
+	var id BrokerID
+	if c.cfg.Mutants.ElectOutOfSync {
+		id, how = pick(func(BrokerID) bool { return true }), "isr"
+	} else {
+		id, how = pick(s.InISR), "isr"
+	}
+	if id == NoLeader && !c.cfg.DisableELR {
+		id, how = pick(func(r BrokerID) bool {
+			i := memberIndex(s.ELR, r)
+			return i >= 0 && !c.lostSince(r, s.ELR[i].BrokerEpoch)
+		}), "elr"
+	}
+	if id == NoLeader && c.cfg.UncleanElection {
+		id, how = pick(func(BrokerID) bool { return true }), "unclean"
+	}
+	if id == NoLeader {
+		return []Event{{Kind: EventElected, Partition: s.Partition, Broker: NoLeader, Epoch: s.LeaderEpoch, Detail: "no eligible replica: offline"}}
+	}
+	s.Leader, s.LeaderBrokerEpoch = id, c.brokers[id].epoch
+	me := Member{ID: id, BrokerEpoch: s.LeaderBrokerEpoch}
+	switch {
+	case how == "elr":
+		// The ELR member becomes the ISR (KIP-966); the ELR keeps the rest
+		// while the ISR stays below min.insync.replicas.
+		s.ISR = []Member{me}
+		s.ELR = withoutMember(s.ELR, id)
+		if len(s.ISR) >= c.cfg.MinISR || len(s.ELR) == 0 {
+			s.ELR = nil
+		}
+	case how == "unclean":
+		s.ISR, s.ELR, s.Unclean = []Member{me}, nil, true
+		return []Event{{Kind: EventUncleanElection, Partition: s.Partition, Broker: id, Epoch: s.LeaderEpoch, Detail: "data loss possible"}}
+	case !s.InISR(id):
+		// Only the elect-out-of-sync mutant elects outside the ISR "cleanly".
+		s.ISR = sortMembers(append(s.ISR, me), s.Replicas)
+		s.ELR = withoutMember(s.ELR, id)
+	}
+	s.Unclean = false
+	return []Event{{Kind: EventElected, Partition: s.Partition, Broker: id, Epoch: s.LeaderEpoch, Detail: how}}
+}

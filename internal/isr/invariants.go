@@ -1,0 +1,162 @@
+package isr
+
+import (
+	"slices"
+	"sort"
+
+	"quire/internal/invariants"
+)
+
+// checkInvariants panics, naming the invariant and its values, if the
+// replica's state breaks what must hold after every input. It runs at the
+// end of every input under -tags invariants.
+func (r *Replica) checkInvariants() {
+	leo := r.log.EndOffset()
+	if r.hw < 0 || r.hw > leo {
+		r.violated("0 <= HW <= LEO: HW(%d) LEO(%d)", r.hw, leo)
+	}
+	if r.haveState {
+		if err := r.state.Validate(); err != nil {
+			r.violated("the applied record is valid: %v", err)
+		}
+		if old := r.stateChecked; old.Partition != "" && old.Newer(r.state) {
+			r.violated("leader and partition epochs never decrease: record le=%d pe=%d after le=%d pe=%d",
+				r.state.LeaderEpoch, r.state.PartitionEpoch, old.LeaderEpoch, old.PartitionEpoch)
+		}
+		r.stateChecked = r.state
+	}
+	if latest := r.log.LatestEpoch(); r.haveState && latest > r.state.LeaderEpoch && !r.cfg.Mutants.NoEpochFencing {
+		r.violated("the log holds no epoch newer than the record's: log epoch %d, leader epoch %d", latest, r.state.LeaderEpoch)
+	}
+	if r.role != RoleLeader {
+		if r.pendingISR != nil || len(r.waiting) > 0 {
+			r.violated("only a leader proposes or waits: %s with pending ISR %v and %d waiting", r.role, r.pendingISR != nil, len(r.waiting))
+		}
+		if r.role == RoleFollower && r.fetchInFlight == 0 && r.state.Leader != NoLeader && !r.now.Before(r.nextFetchAt) {
+			r.violated("a follower with a leader fetches: none in flight, next fetch due at %v, now %v", r.nextFetchAt, r.now)
+		}
+		return
+	}
+	// Leader.
+	me := r.cfg.Broker
+	if r.state.Leader != me || !r.state.InISR(me) {
+		r.violated("a leader leads its record and is in its ISR: leader %d, ISR %v, me %d", r.state.Leader, r.state.ISRIDs(), me)
+	}
+	if len(r.state.ISR) < 1 {
+		r.violated("|ISR| >= 1 under a leader: ISR %v", r.state.ISRIDs())
+	}
+	if r.log.LatestEpoch() != r.state.LeaderEpoch {
+		r.violated("a leader's log ends in its own epoch: log epoch %d, leader epoch %d", r.log.LatestEpoch(), r.state.LeaderEpoch)
+	}
+	if r.epochStart > leo || r.log.EndOffsetForEpoch(r.state.LeaderEpoch).EndOffset != leo {
+		r.violated("a leader's epoch starts in its log: start %d, LEO(%d)", r.epochStart, leo)
+	}
+	// The HW never goes backwards within a leader epoch (it may start
+	// lower than an earlier leader's: a new leader keeps its own).
+	if r.hwCheckEpoch != r.state.LeaderEpoch {
+		r.hwCheckEpoch, r.hwCheckMax = r.state.LeaderEpoch, r.hw
+	}
+	if r.hw < r.hwCheckMax {
+		r.violated("the HW never decreases within a leader epoch: HW(%d) after %d in epoch %d", r.hw, r.hwCheckMax, r.state.LeaderEpoch)
+	}
+	r.hwCheckMax = r.hw
+	if len(r.followers) != len(r.state.Replicas)-1 {
+		r.violated("a leader tracks every other replica: %d followers, replicas %v", len(r.followers), r.state.Replicas)
+	}
+	for _, id := range r.state.Replicas {
+		f := r.followers[id]
+		if id == me || f == nil {
+			continue
+		}
+		if f.logEndOffset > leo {
+			r.violated("a follower's known LEO <= the leader's: follower %d at %d, LEO(%d)", id, f.logEndOffset, leo)
+		}
+	}
+	prev := int64(-1)
+	for _, w := range r.waiting {
+		if w.base < prev || w.next > leo || w.base >= w.next {
+			r.violated("waiting acks=all batches are in offset order inside the log: [%d,%d) after %d, LEO(%d)", w.base, w.next, prev, leo)
+		}
+		if w.next <= r.hw {
+			r.violated("an acks=all batch below the HW is answered: [%d,%d), HW(%d)", w.base, w.next, r.hw)
+		}
+		prev = w.next
+	}
+	if len(r.waiting) > 0 && len(r.state.ISR) < r.cfg.MinISR {
+		r.violated("no acks=all request waits while |ISR| < minISR: %d waiting, ISR %v, minISR %d", len(r.waiting), r.state.ISRIDs(), r.cfg.MinISR)
+	}
+	if p := r.pendingISR; p != nil && (p.req.PartitionEpoch != r.state.PartitionEpoch || p.req.LeaderEpoch != r.state.LeaderEpoch) {
+		r.violated("a proposal in flight is based on the current record: based on pe=%d le=%d, record pe=%d le=%d",
+			p.req.PartitionEpoch, p.req.LeaderEpoch, r.state.PartitionEpoch, r.state.LeaderEpoch)
+	}
+}
+
+func (r *Replica) violated(format string, args ...any) {
+	invariantViolated("partition %s replica %d: "+format, append([]any{r.cfg.Partition, r.cfg.Broker}, args...)...)
+}
+
+// noteRecord remembers a committed record for the invariant checks.
+func (c *Controller) noteRecord(s PartitionState) {
+	if !invariants.Enabled {
+		return
+	}
+	if c.cfg.Mutants.ISRChangeWithoutCAS {
+		return // the mutant writes old epochs on purpose
+	}
+	if prev, ok := c.epochs[s.Partition]; ok && (s.LeaderEpoch < prev[0] || s.PartitionEpoch < prev[1]) {
+		c.violated("partition and leader epochs never decrease: %s after le=%d pe=%d", s, prev[0], prev[1])
+	}
+	c.epochs[s.Partition] = [2]int32{s.LeaderEpoch, s.PartitionEpoch}
+	m := c.leaders[s.Partition]
+	if m == nil {
+		m = map[int32]BrokerID{}
+		c.leaders[s.Partition] = m
+	}
+	if l, ok := m[s.LeaderEpoch]; ok && l != s.Leader {
+		c.violated("at most one leader per leader epoch: %s, epoch %d had leader %d", s, s.LeaderEpoch, l)
+	}
+	m[s.LeaderEpoch] = s.Leader
+}
+
+// checkInvariants panics if the controller's state breaks what must hold
+// after every input (under -tags invariants).
+func (c *Controller) checkInvariants() {
+	names := make([]string, 0, len(c.parts))
+	for name := range c.parts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if !slices.Equal(names, c.names) {
+		c.violated("names lists every partition in order: %v, partitions %v", c.names, names)
+	}
+	for _, name := range c.names {
+		p := c.parts[name]
+		if !p.exists {
+			continue
+		}
+		s := p.state
+		if err := s.Validate(); err != nil {
+			c.violated("records are valid: %v", err)
+		}
+		if len(s.ISR) == 0 && c.cfg.DisableELR {
+			c.violated("|ISR| >= 1 without ELR: %s", s)
+		}
+		if s.Leader != NoLeader && !s.InISR(s.Leader) {
+			c.violated("the leader is in the ISR: %s", s)
+		}
+		if s.ControllerEpoch > c.cfg.Epoch {
+			c.violated("no record of a newer controller is kept: %s, mine %d", s, c.cfg.Epoch)
+		}
+		if p.inflight != nil && p.readOp != 0 {
+			c.violated("one store operation per partition: write %d and read %d of %s", p.inflight.op.ID, p.readOp, name)
+		}
+		if !c.cfg.Mutants.ISRChangeWithoutCAS && !c.cfg.Mutants.ElectOutOfSync && !c.deposed && p.inflight == nil && p.readOp == 0 &&
+			s.Leader != NoLeader && !s.Unclean && len(s.ELR) > 0 && len(s.ISR) >= c.cfg.MinISR {
+			c.violated("the ELR is empty once |ISR| >= minISR: %s", s)
+		}
+	}
+}
+
+func (c *Controller) violated(format string, args ...any) {
+	invariantViolated("controller epoch %d: "+format, append([]any{c.cfg.Epoch}, args...)...)
+}

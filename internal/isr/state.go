@@ -1,0 +1,250 @@
+package isr
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Keys under which ISR mode keeps its agreement state in the metadata store.
+const (
+	// PartitionPrefix + partition name holds a PartitionState (JSON).
+	PartitionPrefix = "/quire/isr/partitions/"
+	// BrokerPrefix + broker id holds a Registration (JSON), an ephemeral key
+	// bound to the broker's session: its version is the broker epoch.
+	BrokerPrefix = "/quire/isr/brokers/"
+	// ControllerKey holds the active controller (ControllerRecord, JSON), an
+	// ephemeral key bound to its session.
+	ControllerKey = "/quire/isr/controller"
+	// ControllerEpochSequence is the meta.Store id sequence controller epochs
+	// come from: every election takes a new, higher one.
+	ControllerEpochSequence = "isr-controller-epoch"
+)
+
+// PartitionKey is the metadata key of a partition's record.
+func PartitionKey(partition string) string { return PartitionPrefix + partition }
+
+// BrokerKey is the metadata key of a broker's registration.
+func BrokerKey(id BrokerID) string { return fmt.Sprintf("%s%d", BrokerPrefix, id) }
+
+// PartitionState is a partition's record in the metadata store (Kafka's
+// PartitionRegistration): written only by the controller, only by CAS.
+type PartitionState struct {
+	Partition string     `json:"partition"`
+	Replicas  []BrokerID `json:"replicas"` // the assignment; Replicas[0] is the preferred leader
+	Leader    BrokerID   `json:"leader"`
+	// LeaderBrokerEpoch is the leader's broker epoch when it was elected. A
+	// broker leads only under that registration: after a restart it must
+	// not act on a record that elected its previous incarnation.
+	LeaderBrokerEpoch int64    `json:"leaderBrokerEpoch"`
+	LeaderEpoch       int32    `json:"leaderEpoch"`
+	ISR               []Member `json:"isr"`
+	// ELR holds the eligible leader replicas (KIP-966): replicas that left
+	// the ISR while it was below min.insync.replicas, so they still hold
+	// every committed record.
+	ELR []Member `json:"elr,omitempty"`
+	// PartitionEpoch bumps with every change of leader, ISR or ELR.
+	PartitionEpoch int32 `json:"partitionEpoch"`
+	// ControllerEpoch is the epoch of the controller that last wrote it.
+	ControllerEpoch int64 `json:"controllerEpoch"`
+	// Unclean marks a record whose leader came from an unclean election
+	// (Kafka's LeaderRecoveryState RECOVERING, simplified).
+	Unclean bool `json:"unclean,omitempty"`
+}
+
+// Clone returns a deep copy.
+func (s PartitionState) Clone() PartitionState {
+	s.Replicas = slices.Clone(s.Replicas)
+	s.ISR = slices.Clone(s.ISR)
+	s.ELR = slices.Clone(s.ELR)
+	return s
+}
+
+// Newer reports whether s supersedes old: a higher leader epoch, or the same
+// leader epoch with a higher partition epoch.
+func (s PartitionState) Newer(old PartitionState) bool {
+	if s.LeaderEpoch != old.LeaderEpoch {
+		return s.LeaderEpoch > old.LeaderEpoch
+	}
+	return s.PartitionEpoch > old.PartitionEpoch
+}
+
+// InISR reports whether id is an ISR member.
+func (s PartitionState) InISR(id BrokerID) bool { return memberIndex(s.ISR, id) >= 0 }
+
+// InELR reports whether id is an ELR member.
+func (s PartitionState) InELR(id BrokerID) bool { return memberIndex(s.ELR, id) >= 0 }
+
+// ISRIDs returns the ISR's broker ids.
+func (s PartitionState) ISRIDs() []BrokerID { return memberIDs(s.ISR) }
+
+// SameContent reports whether two records say the same thing apart from
+// who wrote them (ControllerEpoch).
+func (s PartitionState) SameContent(o PartitionState) bool {
+	return s.Partition == o.Partition && slices.Equal(s.Replicas, o.Replicas) && s.Leader == o.Leader &&
+		s.LeaderBrokerEpoch == o.LeaderBrokerEpoch && s.LeaderEpoch == o.LeaderEpoch &&
+		slices.Equal(s.ISR, o.ISR) && slices.Equal(s.ELR, o.ELR) && s.PartitionEpoch == o.PartitionEpoch &&
+		s.Unclean == o.Unclean
+}
+
+// Validate checks what every record must satisfy.
+func (s PartitionState) Validate() error {
+	if s.Partition == "" || len(s.Replicas) == 0 {
+		return fmt.Errorf("partition %q: no name or no replicas", s.Partition)
+	}
+	seen := map[BrokerID]string{}
+	for _, r := range s.Replicas {
+		if _, dup := seen[r]; dup {
+			return fmt.Errorf("partition %s: replica %d twice", s.Partition, r)
+		}
+		seen[r] = "replica"
+	}
+	for _, set := range []struct {
+		name    string
+		members []Member
+	}{{"isr", s.ISR}, {"elr", s.ELR}} {
+		for _, m := range set.members {
+			where, ok := seen[m.ID]
+			if !ok {
+				return fmt.Errorf("partition %s: %s member %d is not a replica", s.Partition, set.name, m.ID)
+			}
+			if where != "replica" {
+				return fmt.Errorf("partition %s: %d is in %s and %s", s.Partition, m.ID, where, set.name)
+			}
+			seen[m.ID] = set.name
+		}
+	}
+	if s.Leader != NoLeader && !s.InISR(s.Leader) {
+		return fmt.Errorf("partition %s: leader %d is not in the ISR %v", s.Partition, s.Leader, s.ISRIDs())
+	}
+	return nil
+}
+
+func (s PartitionState) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s leader=%d epoch=%d isr=%s", s.Partition, s.Leader, s.LeaderEpoch, formatMembers(s.ISR))
+	if len(s.ELR) > 0 {
+		fmt.Fprintf(&b, " elr=%s", formatMembers(s.ELR))
+	}
+	fmt.Fprintf(&b, " pe=%d ce=%d", s.PartitionEpoch, s.ControllerEpoch)
+	if s.Unclean {
+		b.WriteString(" unclean")
+	}
+	return b.String()
+}
+
+func formatMembers(ms []Member) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprint(m.ID)
+	}
+	return "(" + strings.Join(parts, ",") + ")"
+}
+
+// Marshal encodes the record for the metadata store.
+func (s PartitionState) Marshal() []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("isr: encode partition state: %v", err)) // plain data: cannot fail
+	}
+	return b
+}
+
+// UnmarshalState decodes a record read from the metadata store.
+func UnmarshalState(b []byte) (PartitionState, error) {
+	var s PartitionState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return PartitionState{}, fmt.Errorf("decode partition state: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return PartitionState{}, fmt.Errorf("decode partition state: %w", err)
+	}
+	return s, nil
+}
+
+// Registration is a broker's ephemeral key. Its version in the store is the
+// broker epoch (Epoch, filled in by whoever reads it).
+type Registration struct {
+	ID    BrokerID `json:"id"`
+	Epoch int64    `json:"-"`
+	// UncleanShutdown: the broker restarted without a clean shutdown, so it
+	// may have lost records that were never flushed.
+	UncleanShutdown bool `json:"uncleanShutdown,omitempty"`
+	// LossEpoch is the broker epoch of its first registration after its
+	// last unclean shutdown (0: none). A registration with UncleanShutdown
+	// set is itself that registration. An ISR or ELR member admitted under
+	// an older broker epoch may lack committed records.
+	LossEpoch int64 `json:"lossEpoch,omitempty"`
+}
+
+// LastLoss is the broker epoch at which the broker last came back from an
+// unclean shutdown (0: never).
+func (r Registration) LastLoss() int64 {
+	if r.UncleanShutdown {
+		return r.Epoch
+	}
+	return r.LossEpoch
+}
+
+// Marshal encodes the registration.
+func (r Registration) Marshal() []byte {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("isr: encode registration: %v", err))
+	}
+	return b
+}
+
+// UnmarshalRegistration decodes a registration read at the given version.
+func UnmarshalRegistration(b []byte, version int64) (Registration, error) {
+	var r Registration
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Registration{}, fmt.Errorf("decode broker registration: %w", err)
+	}
+	r.Epoch = version
+	return r, nil
+}
+
+// ControllerRecord is the active controller's ephemeral key.
+type ControllerRecord struct {
+	ID    string `json:"id"`
+	Epoch int64  `json:"epoch"`
+}
+
+func memberIndex(ms []Member, id BrokerID) int {
+	for i, m := range ms {
+		if m.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func memberIDs(ms []Member) []BrokerID {
+	out := make([]BrokerID, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func withoutMember(ms []Member, id BrokerID) []Member {
+	out := make([]Member, 0, len(ms))
+	for _, m := range ms {
+		if m.ID != id {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sortMembers orders members as the assignment lists them, so records do not
+// depend on the order in which replicas joined.
+func sortMembers(ms []Member, replicas []BrokerID) []Member {
+	out := slices.Clone(ms)
+	slices.SortFunc(out, func(a, b Member) int {
+		return slices.Index(replicas, a.ID) - slices.Index(replicas, b.ID)
+	})
+	return out
+}
