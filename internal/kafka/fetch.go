@@ -26,6 +26,7 @@ import (
 	"context"
 	"math"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -123,7 +124,29 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 
 // readPartitions reads every partition into resp (replacing what an earlier
 // round read), returning the bytes read and whether any partition failed.
+//
+// When every partition's limit fits in maxBytes together, no partition's
+// limit depends on what the others return, and the partitions are read
+// concurrently (at most fetchReadConcurrency at once): a catch-up consumer
+// of many partitions then waits for the slowest read, not for the sum of
+// them. Otherwise they are read one after another, each limited by what is
+// left.
 func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.FetchResponse, parts []fetchPartition, maxBytes int32) (int, bool) {
+	var early []readOutcome
+	if len(parts) > 1 && limitsFit(parts, maxBytes) {
+		early = make([]readOutcome, len(parts))
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, fetchReadConcurrency)
+		for i := range parts {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				fp := &parts[i]
+				early[i].res, early[i].err = fp.part.Read(ctx, fp.offset, max(fp.maxBytes, 1))
+			})
+		}
+		wg.Wait()
+	}
 	total, failed := 0, false
 	for i := range parts {
 		fp := &parts[i]
@@ -139,7 +162,13 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.Fet
 			fp.highWatermark = rp.HighWatermark
 			continue
 		}
-		res, err := fp.part.Read(ctx, fp.offset, max(limit, 1))
+		var res ReadResult
+		var err error
+		if early != nil {
+			res, err = early[i].res, early[i].err
+		} else {
+			res, err = fp.part.Read(ctx, fp.offset, max(limit, 1))
+		}
 		if code := s.errorCode(err, "fetch: read", "partition", rp.Partition); code != 0 {
 			rp.ErrorCode = rq.note(code)
 			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = fp.part.HighWatermark(), fp.part.HighWatermark(), fp.part.LogStartOffset()
@@ -158,6 +187,24 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.Fet
 		total += len(res.Records)
 	}
 	return total, failed
+}
+
+// fetchReadConcurrency bounds the partitions of one fetch read at once.
+const fetchReadConcurrency = 8
+
+// readOutcome is one partition's read, done ahead of assembling the answer.
+type readOutcome struct {
+	res ReadResult
+	err error
+}
+
+// limitsFit reports whether the partitions' limits add up to at most maxBytes.
+func limitsFit(parts []fetchPartition, maxBytes int32) bool {
+	var sum int64
+	for _, fp := range parts {
+		sum += int64(max(fp.maxBytes, 1))
+	}
+	return sum <= int64(maxBytes)
 }
 
 // waitForData blocks until a partition grows past what was read (it
