@@ -1,8 +1,10 @@
 package bookie
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
-	"time"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -39,25 +41,46 @@ func (e *Engine) isClosed() bool {
 }
 
 // checkpointLocked runs a checkpoint; the caller holds flushMu.
+//
+// Out of space (see disk.go), it stops before writing what would not fit,
+// or after a write that failed, without losing anything: the frozen half
+// stays in wc.flushing (reads still find it there) with its journal
+// position in retryCheckpoint, no journal file is released, and the next
+// checkpoint writes that half first, to new entry-log space.
 func (e *Engine) checkpointLocked() error {
 	e.mu.Lock()
 	if e.failErr != nil {
 		e.mu.Unlock()
 		return e.failErr
 	}
-	if e.wc.flushing.count != 0 {
-		e.mu.Unlock()
-		panic("bookie: invariant violated: flushing half not empty at checkpoint start")
-	}
-	e.wc.active, e.wc.flushing = e.wc.flushing, e.wc.active
-	marker := e.journal.enqueueMarker()
+	recovering := e.disk.noSpace != nil
 	e.mu.Unlock()
-
-	res := <-marker
-	if res.err != nil {
-		return e.fail(fmt.Errorf("checkpoint: %w", res.err))
+	if recovering || e.indexReadOnly {
+		if err := e.prepareAfterNoSpace(); err != nil {
+			return err
+		}
 	}
-	pos := res.pos
+
+	var pos journalPosition
+	e.mu.Lock()
+	if e.retryCheckpoint != nil {
+		pos = *e.retryCheckpoint
+		e.mu.Unlock()
+	} else {
+		if e.wc.flushing.count != 0 {
+			e.mu.Unlock()
+			panic("bookie: invariant violated: flushing half not empty at checkpoint start")
+		}
+		e.wc.active, e.wc.flushing = e.wc.flushing, e.wc.active
+		marker := e.journal.enqueueMarker()
+		e.mu.Unlock()
+		res := <-marker
+		if res.err != nil {
+			return e.fail(fmt.Errorf("checkpoint: %w", res.err))
+		}
+		pos = res.pos
+		e.retryCheckpoint = &pos
+	}
 	frozen := e.wc.flushing // immutable until we replace it below
 	keys, values := frozen.sorted()
 
@@ -66,6 +89,7 @@ func (e *Engine) checkpointLocked() error {
 	touched := make(map[int64]bool)
 	e.mu.RLock()
 	kept, keptValues := keys[:0], values[:0]
+	var growth int64
 	for i, k := range keys {
 		deleted, seen := touched[k.ledgerID]
 		if !seen {
@@ -74,40 +98,87 @@ func (e *Engine) checkpointLocked() error {
 		}
 		if !deleted {
 			kept, keptValues = append(kept, k), append(keptValues, values[i])
+			growth += int64(entryRecordHeaderBytes+len(values[i].payload)) + indexBytesPerEntry
 		}
 	}
 	e.mu.RUnlock()
 	keys, values = kept, keptValues
 
+	if len(keys) > 0 {
+		// The last look before writing: what does not fit is not started.
+		if err := e.checkRoom("checkpoint", growth+entryLogBlockBytes); err != nil {
+			e.setNoSpace(err)
+			return err
+		}
+	}
 	locs := make([]location, len(keys))
 	for i, k := range keys {
 		loc, err := e.logs.append(k, values[i])
 		if err != nil {
-			return e.fail(ioError("checkpoint: write entry log", err))
+			return e.storageError("checkpoint: write entry log", err)
 		}
 		locs[i] = loc
 	}
 	if err := e.logs.sync(); err != nil {
-		return e.fail(ioError("checkpoint: sync entry log", err))
+		return e.storageError("checkpoint: sync entry log", err)
 	}
 
 	if len(keys) > 0 || e.lastCheckpoint.less(pos) {
 		if err := e.commitCheckpoint(keys, locs, touched, pos); err != nil {
+			if isNoSpace(err) || errors.Is(err, pebble.ErrReadOnly) {
+				e.setNoSpace(err)
+				return err
+			}
 			return e.fail(err)
 		}
 	}
 	e.rc.invalidate(keys)
+	// statfs before the half is emptied: the prediction then counts these
+	// bytes twice for a moment, never zero times.
+	space, spaceErr := e.statFS(e.cfg.LedgerDir)
 
 	e.mu.Lock()
 	e.wc.flushing = newWriteCacheHalf()
+	e.retryCheckpoint = nil
 	close(e.flushDone)
 	e.flushDone = make(chan struct{})
+	if spaceErr == nil && space.TotalBytes > 0 {
+		e.disk.ledger = space
+		if e.disk.sameFS {
+			e.disk.journal = space
+		}
+	}
 	e.mu.Unlock()
 
 	e.lastCheckpoint = pos
 	e.journal.release(pos)
 	e.counters.checkpoints.Add(1)
+	if recovering {
+		e.clearNoSpace()
+	}
 	e.updateDiskGauge()
+	e.wakeDiskLoop()
+	return nil
+}
+
+// prepareAfterNoSpace readies the index for a checkpoint after running out
+// of space: reopened read-write if it was opened read-only, its ballast
+// recreated. The caller holds flushMu.
+func (e *Engine) prepareAfterNoSpace() error {
+	if e.indexReadOnly {
+		if err := e.checkRoom("reopen index", e.cfg.DiskReserveBytes/2); err != nil {
+			return err
+		}
+		if err := e.reopenIndex(); err != nil {
+			return err
+		}
+	}
+	if err := e.ensureBallast(); err != nil {
+		if !isNoSpace(err) {
+			e.log.Warn("bookie: recreate index ballast", "err", err)
+		}
+		return err
+	}
 	return nil
 }
 
@@ -144,11 +215,29 @@ func (e *Engine) commitCheckpoint(keys []cacheKey, locs []location, touched map[
 	return ioError("checkpoint: commit index", b.Commit(pebble.Sync))
 }
 
-// CompactEntryLogs runs one garbage-collection pass: entry logs whose live
-// fraction (bytes the index still points at) is below GCThreshold have
+// gcMode says how much a garbage-collection pass does.
+type gcMode int
+
+const (
+	// gcSweep removes entry logs with nothing live, and compacts partly
+	// dead ones only when the dead bytes exceed GCDeadFraction of all
+	// entry-log bytes. Runs ReclaimDelay after a deletion.
+	gcSweep gcMode = iota
+	// gcFull also compacts every log whose live fraction is below
+	// GCThreshold. Runs every GCInterval and when usage crosses
+	// DiskUsageWarn.
+	gcFull
+)
+
+// CompactEntryLogs runs one full garbage-collection pass: entry logs whose
+// live fraction (bytes the index still points at) is below GCThreshold have
 // their live entries copied to the current log, the index updated (synced)
-// and then the old files removed. Logs with nothing live are removed.
-func (e *Engine) CompactEntryLogs() error {
+// and then the old files removed. Logs with nothing live are removed. One
+// pass copies at most gcMaxRelocateBytes, and only what fits in the free
+// space (the least live logs first).
+func (e *Engine) CompactEntryLogs() error { return e.collectGarbage(gcFull) }
+
+func (e *Engine) collectGarbage(mode gcMode) error {
 	e.flushMu.Lock()
 	defer e.flushMu.Unlock()
 	if e.isClosed() {
@@ -160,6 +249,9 @@ func (e *Engine) CompactEntryLogs() error {
 	if failErr != nil {
 		return failErr
 	}
+	if e.indexReadOnly {
+		return nil // nothing can be relocated or un-indexed yet
+	}
 	e.counters.gcPasses.Add(1)
 
 	liveBytes := make(map[uint64]int64)
@@ -170,18 +262,76 @@ func (e *Engine) CompactEntryLogs() error {
 	}
 	current := e.logs.currentID()
 	ids, sizes := e.logs.snapshotSizes()
-	compact := make(map[uint64]bool)
-	relocate := false
-	for _, id := range ids {
-		if id == current {
-			continue
+	if used, live := sizes[current]-entryLogHeaderBytes, liveBytes[current]; current != 0 && used > 0 &&
+		(live == 0 || used >= entryLogWriteChunk && float64(live)/float64(used) < e.cfg.GCThreshold) {
+		// The log being written is dead (or mostly): retire it so that it
+		// can be collected now. Entry logs are large (EntryLogMaxBytes)
+		// and a small disk may never fill one: all its data would sit in
+		// the one log GC never touches. (At most one retirement per pass,
+		// of a log past its first write chunk: no churn of tiny logs.)
+		if err := e.logs.retire(); err != nil {
+			return e.storageError("gc: retire current entry log", err)
 		}
+		current = 0
+		ids, sizes = e.logs.snapshotSizes()
+	}
+	type candidate struct {
+		id         uint64
+		live, used int64
+	}
+	compact := make(map[uint64]bool)
+	var partial []candidate
+	var deadBytes, totalBytes int64
+	for _, id := range ids {
 		used := sizes[id] - entryLogHeaderBytes
 		live := liveBytes[id]
-		if live == 0 || used <= 0 || float64(live)/float64(used) < e.cfg.GCThreshold {
+		totalBytes += max(0, used)
+		deadBytes += max(0, used-live)
+		switch {
+		case id == current:
+		case live == 0 || used <= 0:
 			compact[id] = true
-			relocate = relocate || live > 0
+		case float64(live)/float64(used) < e.cfg.GCThreshold:
+			partial = append(partial, candidate{id: id, live: live, used: used})
 		}
+	}
+	if mode == gcSweep && float64(deadBytes) < e.cfg.GCDeadFraction*float64(totalBytes) {
+		partial = nil
+	}
+	// The least live first: the most space back per byte copied.
+	slices.SortFunc(partial, func(a, b candidate) int {
+		return cmp.Compare(float64(a.live)/float64(a.used), float64(b.live)/float64(b.used))
+	})
+	// Compaction may dig deeper into the reserve than anything else (a
+	// sixteenth of it left, not half): on a full disk it is the way out,
+	// writing a little to free a lot, and the index keeps its ballast. If
+	// it still hits ENOSPC, nothing is lost (storageError).
+	budget := int64(gcMaxRelocateBytes)
+	if room := e.roomFor(e.cfg.DiskReserveBytes / 16); room >= 0 {
+		budget = min(budget, room*9/10)
+	}
+	if len(partial) > 0 && budget < gcMaxRelocateBytes && e.spendBallastForGC(partial[0].live+partial[0].live/entryRecordHeaderBytes-budget) {
+		if room := e.roomFor(e.cfg.DiskReserveBytes / 16); room >= 0 {
+			budget = min(int64(gcMaxRelocateBytes), room*9/10)
+		}
+	}
+	relocate := false
+	var skipped, skippedLive int64
+	for _, c := range partial {
+		if need := c.live + c.live/entryRecordHeaderBytes; need <= budget {
+			budget -= need
+			compact[c.id] = true
+			relocate = true
+		} else {
+			skipped, skippedLive = skipped+1, skippedLive+c.live
+		}
+	}
+	// Starved for space: the disk loop asks again while under pressure,
+	// since another deletion may never come to trigger a sweep.
+	e.gcStarved.Store(skipped > 0)
+	if skipped > 0 {
+		e.log.Warn("bookie: entry logs left uncompacted: not enough free space to copy their live entries, or the pass's bound reached",
+			"logs", skipped, "live_bytes", skippedLive, "bound", gcMaxRelocateBytes)
 	}
 	if len(compact) == 0 {
 		return nil
@@ -204,11 +354,11 @@ func (e *Engine) CompactEntryLogs() error {
 				return e.fail(ioError("gc: read", err))
 			}
 			if locs[i], err = e.logs.append(k, v); err != nil {
-				return e.fail(ioError("gc: write entry log", err))
+				return e.storageError("gc: write entry log", err)
 			}
 		}
 		if err := e.logs.sync(); err != nil {
-			return e.fail(ioError("gc: sync entry log", err))
+			return e.storageError("gc: sync entry log", err)
 		}
 		if err := e.commitRelocations(keys, locs); err != nil {
 			return e.fail(err)
@@ -228,8 +378,12 @@ func (e *Engine) CompactEntryLogs() error {
 		reclaimed += sizes[id]
 	}
 	e.gcMu.Unlock()
+	e.log.Info("bookie: entry logs collected", "removed", len(compact), "reclaimed_bytes", reclaimed,
+		"dead_bytes", deadBytes, "total_bytes", totalBytes, "full", mode == gcFull)
 	e.counters.gcReclaimedBytes.Add(uint64(reclaimed))
+	e.metrics.gcReclaimedBytes.Add(float64(reclaimed))
 	e.updateDiskGauge()
+	e.wakeDiskLoop()
 	return removeErr
 }
 
@@ -286,59 +440,4 @@ func scanLocations(db *pebble.DB, visit func(cacheKey, location)) error {
 func (e *Engine) updateDiskGauge() {
 	bytes, _ := e.logs.totalBytes()
 	e.metrics.ledgerDiskBytes.Set(float64(bytes))
-}
-
-// diskLoop samples disk usage and flips read-only mode with hysteresis.
-func (e *Engine) diskLoop() {
-	defer e.wg.Done()
-	t := time.NewTicker(e.cfg.DiskCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			e.checkDisk()
-		}
-	}
-}
-
-func (e *Engine) checkDisk() {
-	var used, total uint64
-	var err error
-	if e.cfg.DiskUsage != nil {
-		used, total, err = e.cfg.DiskUsage()
-	} else {
-		var u vfsDiskUsage
-		u, err = e.fs.GetDiskUsage(e.cfg.LedgerDir)
-		used, total = u.UsedBytes, u.TotalBytes
-	}
-	if err != nil || total == 0 {
-		return // unknown usage (e.g. an in-memory FS): keep the current mode
-	}
-	fraction := float64(used) / float64(total)
-	e.mu.Lock()
-	e.diskUsed, e.diskTotal = used, total
-	changed := false
-	switch {
-	case !e.readOnly && fraction > e.cfg.DiskUsageHigh:
-		e.readOnly, changed = true, true
-	case e.readOnly && fraction < e.cfg.DiskUsageLow:
-		e.readOnly, changed = false, true
-	}
-	readOnly := e.readOnly
-	e.mu.Unlock()
-	if !changed {
-		return
-	}
-	if readOnly {
-		e.metrics.serverStatus.Set(0)
-		e.log.Warn("bookie: disk usage above high threshold; read-only", "used", used, "total", total, "high", e.cfg.DiskUsageHigh)
-	} else {
-		e.metrics.serverStatus.Set(1)
-		e.log.Info("bookie: disk usage below low threshold; writable", "used", used, "total", total, "low", e.cfg.DiskUsageLow)
-	}
-	if e.cfg.OnReadOnlyChange != nil {
-		e.cfg.OnReadOnlyChange(readOnly)
-	}
 }

@@ -39,11 +39,61 @@ type Config struct {
 	GCInterval         time.Duration // background entry-log compaction; default 15 min
 	GCThreshold        float64       // compact entry logs whose live fraction is below this; default 0.5
 
-	DiskUsage         func() (used, total uint64, err error) // nil → FS.GetDiskUsage(LedgerDir)
-	DiskUsageHigh     float64                                // default 0.95: above → read-only
-	DiskUsageLow      float64                                // default 0.90: below → writable again
-	DiskCheckInterval time.Duration                          // default 10s
-	OnReadOnlyChange  func(readOnly bool)                    // called without engine locks held
+	// GCDeadFraction starts an entry-log compaction as soon as the dead
+	// bytes (records of deleted ledgers, relocated or overwritten entries)
+	// exceed this fraction of all entry-log bytes, without waiting for
+	// GCInterval; default 0.25. Entry logs with nothing live are removed
+	// within ReclaimDelay of the deletion that killed them, whatever this is.
+	GCDeadFraction float64
+	// ReclaimDelay bounds how long after a DeleteLedger the entry logs it
+	// left without a live entry are removed (deletions within it are
+	// swept together); default 2s.
+	ReclaimDelay time.Duration
+
+	// Disk space (see disk.go). Usage is the fraction of the file system
+	// holding LedgerDir (and JournalDir) that is used, predicted: the last
+	// statfs plus what the engine has accepted but not yet written (the
+	// write cache with its index overhead, the next journal file when none
+	// can be recycled).
+	//
+	// DiskUsageWarn, default 0.85: above it the engine logs once per
+	// crossing, sets bookie_disk_usage_warn and compacts entry logs at
+	// once. DiskUsageHigh, default 0.95: above it (or with less than
+	// DiskReserveBytes predicted free) the bookie turns read-only. It
+	// turns writable again below DiskUsageLow, default 0.90, with at
+	// least 1.5×DiskReserveBytes predicted free: the gap keeps a bookie
+	// whose GC frees a little from flapping. On a 400 MB file system these
+	// are 340/380/360 MB; the reserve, not the fraction, decides on small
+	// disks.
+	DiskUsageWarn float64
+	DiskUsageHigh float64
+	DiskUsageLow  float64
+	// DiskReserveBytes is free space never planned for: Pebble's flushes
+	// and compactions, directory blocks, other writers on a shared file
+	// system (standalone runs three bookies on one). Default 16 MiB. A
+	// checkpoint whose estimated growth does not fit in the free space
+	// minus half of it is not started; entry-log compaction, which gives
+	// space back, may use all but a sixteenth of it.
+	DiskReserveBytes int64
+	// IndexBallastBytes is a file (LedgerDir/index.ballast) removed when
+	// the index (Pebble) hits ENOSPC, so that its retried write succeeds:
+	// Pebble cannot survive a failed WAL write. Default 16 MiB; negative
+	// disables. It counts as used space, and is recreated once there is
+	// room again.
+	IndexBallastBytes int64
+	// DiskCheckInterval: statfs at least this often; default 10s. Adds
+	// also trigger one every DiskCheckBytes (default 8 MiB) they bring,
+	// and every checkpoint and GC pass ends with one.
+	DiskCheckInterval time.Duration
+	DiskCheckBytes    int64
+	// StatFS reports the space of the file system holding dir (test seam);
+	// nil → DiskUsage if set, else FS.GetDiskUsage(dir). An error (an
+	// in-memory FS) means unknown: thresholds are not applied.
+	StatFS func(dir string) (DiskSpace, error)
+	// DiskUsage is the older seam: the used and total bytes of LedgerDir's
+	// file system, used for every directory. Prefer StatFS.
+	DiskUsage        func() (used, total uint64, err error)
+	OnReadOnlyChange func(readOnly bool) // called without engine locks held, in order
 
 	Registerer prometheus.Registerer // may be nil
 	Logger     *slog.Logger          // nil → slog.Default()
@@ -64,6 +114,9 @@ type testHooks struct {
 	// skipLedgerMetaSync lets Fence and DeleteLedger return before their
 	// index batch is synced.
 	skipLedgerMetaSync bool
+	// ackDespiteNoSpace acknowledges the adds of a journal batch that ran
+	// out of space, as if they had been synced.
+	ackDespiteNoSpace bool
 	// beforeJournalSync runs on the journal goroutine after a batch is
 	// written and before it is synced: crash tests block there to crash
 	// with written-but-unsynced (possibly torn) records.
@@ -132,6 +185,24 @@ func (c Config) withDefaults() Config {
 	if c.GCThreshold <= 0 {
 		c.GCThreshold = 0.5
 	}
+	if c.GCDeadFraction <= 0 {
+		c.GCDeadFraction = 0.25
+	}
+	if c.ReclaimDelay <= 0 {
+		c.ReclaimDelay = 2 * time.Second
+	}
+	if c.DiskUsageWarn <= 0 {
+		c.DiskUsageWarn = 0.85
+	}
+	if c.DiskReserveBytes <= 0 {
+		c.DiskReserveBytes = 16 << 20
+	}
+	if c.IndexBallastBytes == 0 {
+		c.IndexBallastBytes = 16 << 20
+	}
+	if c.DiskCheckBytes <= 0 {
+		c.DiskCheckBytes = 8 << 20
+	}
 	if c.DiskUsageHigh <= 0 {
 		c.DiskUsageHigh = 0.95
 	}
@@ -151,6 +222,8 @@ func (c Config) validate() error {
 	switch {
 	case c.JournalDir == "" || c.LedgerDir == "":
 		return fmt.Errorf("bookie: JournalDir and LedgerDir are required")
+	case c.DiskUsageLow > c.DiskUsageHigh || c.DiskUsageHigh > 1:
+		return fmt.Errorf("bookie: want DiskUsageLow %.2f ≤ DiskUsageHigh %.2f ≤ 1", c.DiskUsageLow, c.DiskUsageHigh)
 	case c.DiskUsageLow > c.DiskUsageHigh:
 		return fmt.Errorf("bookie: DiskUsageLow %.2f above DiskUsageHigh %.2f", c.DiskUsageLow, c.DiskUsageHigh)
 	case c.GCThreshold > 1:

@@ -79,15 +79,46 @@ type Engine struct {
 	wc        writeCache
 	arena     bodyArena     // the bodies of adds (journal records, cached payloads)
 	flushDone chan struct{} // closed when a checkpoint empties the flushing half
-	readOnly  bool
 	closed    bool
-	failErr   error // entry-log or index I/O failure: adds are refused
-	diskUsed  uint64
-	diskTotal uint64
+	failErr   error // entry-log or index I/O failure (not ENOSPC): adds are refused for good
+	// readOnly: adds are refused (recovery adds too, unless the reason
+	// is only the disk-usage threshold); derived from disk by
+	// refreshReadOnlyLocked, reason one of reasonDiskUsage, reasonNoSpace.
+	readOnly       bool
+	readOnlyReason string
+	disk           diskState
+
+	// addedSinceStat counts add bytes since the last statfs; past
+	// DiskCheckBytes an add wakes the disk loop.
+	addedSinceStat atomic.Int64
+	// ballastMissing: the index ballast is not on disk (released on an
+	// index ENOSPC, or never made for lack of room).
+	ballastMissing atomic.Bool
+	// indexOutOfSpace: the index hit ENOSPC (set by onIndexDiskFull,
+	// consumed by checkDisk).
+	indexOutOfSpace atomic.Bool
+	// gcStarved: the last GC pass left logs uncompacted for lack of space.
+	gcStarved   atomic.Bool
+	diskWake    chan struct{} // statfs now (capacity 1)
+	modeChanged chan struct{} // readOnly changed: publish it (capacity 1)
+	// publishMu serializes OnReadOnlyChange calls; publishedReadOnly is
+	// the last state they carried.
+	publishMu         sync.Mutex
+	publishedReadOnly bool
 
 	// flushMu serializes the writers of entry logs: checkpoints and GC.
 	flushMu        sync.Mutex
 	lastCheckpoint journalPosition // guarded by flushMu
+	// retryCheckpoint is the journal position of a checkpoint that ran out
+	// of space after swapping the write-cache halves: its frozen half is
+	// still in wc.flushing and the next checkpoint writes it first.
+	// Guarded by flushMu.
+	retryCheckpoint *journalPosition
+	// indexReadOnly: the index was opened read-only (no room to open it
+	// read-write); a checkpoint reopens it first. Guarded by flushMu,
+	// changed only with gcMu and indexMu held too.
+	indexReadOnly bool
+	indexOptions  *pebble.Options
 	// indexMu serializes index batches that must observe ledger deletion:
 	// a checkpoint or GC batch never re-adds locations of a ledger whose
 	// DeleteRange committed before it.
@@ -98,6 +129,8 @@ type Engine struct {
 	dbClosed atomic.Bool
 
 	checkpointTrigger chan struct{}
+	gcTrigger         chan struct{} // a full GC pass now (disk pressure)
+	reclaimTrigger    chan struct{} // a ledger was deleted: sweep dead entry logs within ReclaimDelay
 	stop              chan struct{}
 	wg                sync.WaitGroup
 }
@@ -122,47 +155,121 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &pebble.Options{
-		FS:     fs,
-		Logger: pebbleLogger{log: cfg.Logger},
-		Merger: locationMergerOptions,
-	}
-	// Uncompressed: location records are short varints that compress
-	// little, and snappy in every flush and compaction is CPU the adds'
-	// pipeline shares.
-	opts.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
-	db, err := pebble.Open(fs.PathJoin(cfg.LedgerDir, "index"), opts)
-	if err != nil {
-		m.unregister()
-		return nil, ioError("open index", err)
-	}
 	e := &Engine{
 		cfg:               cfg,
 		fs:                fs,
 		log:               cfg.Logger,
-		db:                db,
 		rc:                newReadCache(cfg.ReadCacheBytes),
 		metrics:           m,
 		ledgers:           make(map[int64]*ledgerState),
 		wc:                writeCache{active: newWriteCacheHalf(), flushing: newWriteCacheHalf(), halfBytes: max(1, cfg.WriteCacheBytes/2)},
 		flushDone:         make(chan struct{}),
 		checkpointTrigger: make(chan struct{}, 1),
+		gcTrigger:         make(chan struct{}, 1),
+		reclaimTrigger:    make(chan struct{}, 1),
+		diskWake:          make(chan struct{}, 1),
+		modeChanged:       make(chan struct{}, 1),
 		stop:              make(chan struct{}),
+	}
+	if _, err := fs.Stat(e.ballastPath()); err != nil {
+		e.ballastMissing.Store(true)
+	}
+	e.indexOptions = &pebble.Options{
+		// A Pebble write that hits ENOSPC releases the ballast and is
+		// retried once: Pebble panics on a failed WAL or MANIFEST write.
+		FS:     vfs.OnDiskFull(fs, e.onIndexDiskFull),
+		Logger: pebbleLogger{log: cfg.Logger},
+		Merger: locationMergerOptions,
+	}
+	// Uncompressed: location records are short varints that compress
+	// little, and snappy in every flush and compaction is CPU the adds'
+	// pipeline shares.
+	e.indexOptions.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	// Pebble panics when a WAL or MANIFEST write fails, and opening it
+	// read-write writes both (and flushes the replayed WAL). On a full
+	// disk, the ballast is spent here, what it exists for; with less than
+	// half the reserve free even then, the index is opened read-only.
+	indexRoom := e.checkRoom("open index", 0)
+	if indexRoom != nil && !e.ballastMissing.Load() {
+		if err := fs.Remove(e.ballastPath()); err == nil {
+			e.ballastMissing.Store(true)
+			e.log.Warn("bookie: disk full at startup; index ballast released", "err", indexRoom)
+		}
+		indexRoom = e.checkRoom("open index", 0)
+	}
+	if indexRoom != nil {
+		err = indexRoom
+	} else {
+		e.db, err = e.openIndex(false)
+	}
+	if isNoSpace(err) {
+		// No room to open it read-write: serve reads from a read-only
+		// index; the first checkpoint after space returns reopens it.
+		e.log.Warn("bookie: index cannot be opened read-write (disk full); opening it read-only", "err", err)
+		e.indexReadOnly = true
+		rwErr := err
+		if e.db, err = e.openIndex(true); err == nil {
+			e.setNoSpace(ioError("open index read-write", rwErr))
+		}
+	}
+	if err != nil {
+		m.unregister()
+		return nil, ioError("open index", err)
 	}
 	if err := e.recover(); err != nil {
 		m.unregister()
-		_ = db.Close()
+		_ = e.db.Close()
 		if e.logs != nil {
 			_ = e.logs.close()
 		}
 		return nil, err
 	}
-	e.checkDisk()
+	e.sampleDisk()
+	if err := e.ensureBallast(); err != nil {
+		e.log.Warn("bookie: index ballast not created", "err", err)
+	}
+	e.sampleDisk()
 	e.updateDiskGauge()
+	e.publishReadOnly()
 	e.wg.Add(2)
 	go e.backgroundLoop()
 	go e.diskLoop()
 	return e, nil
+}
+
+// openIndex opens the Pebble index, read-only if asked.
+func (e *Engine) openIndex(readOnly bool) (*pebble.DB, error) {
+	opts := *e.indexOptions
+	opts.ReadOnly = readOnly
+	return pebble.Open(e.fs.PathJoin(e.cfg.LedgerDir, "index"), &opts)
+}
+
+// reopenIndex reopens a read-only index read-write. The caller holds
+// flushMu; readers and index writers are held off while the handle changes.
+func (e *Engine) reopenIndex() error {
+	e.gcMu.Lock()
+	defer e.gcMu.Unlock()
+	e.indexMu.Lock()
+	defer e.indexMu.Unlock()
+	if e.dbClosed.Load() {
+		return ErrClosed
+	}
+	if err := e.db.Close(); err != nil {
+		e.log.Warn("bookie: close read-only index", "err", err)
+	}
+	db, err := e.openIndex(false)
+	if err != nil {
+		// Keep serving reads from a read-only index.
+		var roErr error
+		if e.db, roErr = e.openIndex(true); roErr != nil {
+			e.dbClosed.Store(true)
+			return e.fail(ioError("reopen index read-only", roErr))
+		}
+		return ioError("reopen index", err)
+	}
+	e.db, e.indexReadOnly = db, false
+	e.log.Info("bookie: index reopened read-write")
+	return nil
 }
 
 // recover loads ledger metadata and the checkpoint from the index, replays
@@ -250,7 +357,11 @@ func (e *Engine) recover() error {
 		fs: e.fs, dir: e.cfg.JournalDir,
 		fileBytes: e.cfg.JournalFileBytes, maxBytes: e.cfg.JournalMaxBytes, maxWait: e.cfg.JournalMaxWait,
 		flushWhenEmpty: e.cfg.JournalFlushWhenQueueEmpty, syncData: e.cfg.JournalSyncData,
-		skipSync: e.cfg.hooks.skipJournalSync, beforeSync: e.cfg.hooks.beforeJournalSync,
+		skipSync: e.cfg.hooks.skipJournalSync, beforeSync: e.cfg.hooks.beforeJournalSync, ackNoSpace: e.cfg.hooks.ackDespiteNoSpace,
+		onNoSpace: e.setNoSpace,
+		mayGrow: func(bytes int64) error {
+			return e.checkRoomIn(e.cfg.JournalDir, "new journal file", bytes)
+		},
 		log: e.log, metrics: e.metrics, counters: &e.counters,
 	}
 	// Above every existing file and above the checkpoint's file: a new file
@@ -344,9 +455,16 @@ func (e *Engine) Add(req AddRequest, done func(err error)) {
 	notify := ls.raiseLACLocked(req.LastAddConfirmed)
 	e.journal.enqueue(body, start, done)
 	halfFull := e.wc.active.bytes >= e.wc.halfBytes
+	// The headroom check on the add path: the prediction includes this
+	// entry, so the add that crosses the threshold is the last accepted.
+	e.evaluateDiskLocked()
 	e.mu.Unlock()
 	if halfFull {
 		e.triggerCheckpoint()
+	}
+	if e.addedSinceStat.Add(int64(size)) >= e.cfg.DiskCheckBytes {
+		e.addedSinceStat.Store(0)
+		e.wakeDiskLoop()
 	}
 	for _, w := range notify {
 		w.notify(req.LastAddConfirmed)
@@ -359,7 +477,7 @@ func (e *Engine) addAllowedLocked(req AddRequest) error {
 		return ErrClosed
 	case e.failErr != nil:
 		return e.failErr
-	case e.readOnly:
+	case e.readOnly && !e.recoveryAddAllowedLocked(req):
 		return ErrReadOnly
 	}
 	if err := e.journal.err(); err != nil {
@@ -374,6 +492,14 @@ func (e *Engine) addAllowedLocked(req AddRequest) error {
 		}
 	}
 	return nil
+}
+
+// recoveryAddAllowedLocked: a read-only bookie still takes recovery adds
+// (as BookKeeper's does), so that ledgers it holds can be recovered, while
+// the reason is only the usage threshold and the predicted free space is
+// above half the reserve. Out of space, it takes none.
+func (e *Engine) recoveryAddAllowedLocked(req AddRequest) bool {
+	return req.Recovery && e.readOnlyReason == reasonDiskUsage && e.disk.free >= e.cfg.DiskReserveBytes/2
 }
 
 func (e *Engine) ledgerLocked(id int64) *ledgerState {
@@ -400,6 +526,14 @@ func (ls *ledgerState) raiseLACLocked(lac int64) []*lacWatcher {
 		}
 	}
 	return fire
+}
+
+// triggerGC asks for a full GC pass now (disk pressure).
+func (e *Engine) triggerGC() {
+	select {
+	case e.gcTrigger <- struct{}{}:
+	default:
+	}
 }
 
 func (e *Engine) triggerCheckpoint() {
@@ -445,7 +579,9 @@ func (e *Engine) Fence(ledgerID int64) (lastAddConfirmed int64, err error) {
 }
 
 // DeleteLedger durably deletes a ledger. Afterwards reads and adds answer
-// ErrNoSuchLedger; entry-log space is reclaimed by GC.
+// ErrNoSuchLedger. Entry logs left with nothing live are removed within
+// ReclaimDelay; partly dead ones are compacted when the dead bytes pass
+// GCDeadFraction, under disk pressure, or every GCInterval.
 func (e *Engine) DeleteLedger(ledgerID int64) error {
 	if ledgerID < 0 {
 		return fmt.Errorf("delete ledger %d: %w", ledgerID, ErrInvalidRequest)
@@ -465,6 +601,10 @@ func (e *Engine) DeleteLedger(ledgerID int64) error {
 	})
 	if err != nil {
 		return fmt.Errorf("delete ledger %d: %w", ledgerID, err)
+	}
+	select {
+	case e.reclaimTrigger <- struct{}{}:
+	default:
 	}
 	return nil
 }
@@ -591,15 +731,12 @@ func (e *Engine) WatchLAC(ledgerID, previousLAC int64, notify func(lac int64)) (
 	}, nil
 }
 
-// Info returns the last sampled disk usage of LedgerDir and the read-only
-// state.
+// Info returns the last sampled free and total bytes of LedgerDir's file
+// system and the read-only state (ReadOnlyReason says why).
 func (e *Engine) Info() (free, total uint64, readOnly bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if e.diskTotal > e.diskUsed {
-		free = e.diskTotal - e.diskUsed
-	}
-	return free, e.diskTotal, e.readOnly
+	return e.disk.ledger.FreeBytes, e.disk.ledger.TotalBytes, e.readOnly
 }
 
 // Stats returns a snapshot of the counters.
@@ -623,12 +760,13 @@ func (e *Engine) Stats() Stats {
 		Checkpoints:          c.checkpoints.Load(),
 		GCPasses:             c.gcPasses.Load(), GCReclaimedBytes: c.gcReclaimedBytes.Load(),
 		GCRelocatedEntries: c.gcRelocated.Load(),
+		NoSpaceErrors:      c.noSpaceErrors.Load(),
 	}
 	s.EntryLogBytes, s.EntryLogFiles = e.logs.totalBytes()
 	e.mu.RLock()
 	s.WriteCacheBytes = e.wc.active.bytes + e.wc.flushing.bytes
 	s.Ledgers = len(e.ledgers)
-	s.ReadOnly = e.readOnly
+	s.ReadOnly, s.ReadOnlyReason = e.readOnly, e.readOnlyReason
 	e.mu.RUnlock()
 	return s
 }
@@ -655,7 +793,13 @@ func (e *Engine) close(checkpoint bool) error {
 	defer e.flushMu.Unlock()
 	if checkpoint && e.failErr == nil {
 		if err := e.checkpointLocked(); err != nil {
-			errs = append(errs, err)
+			if !isNoSpace(err) {
+				errs = append(errs, err)
+			} else {
+				// Nothing is lost: the journal still holds it, and the
+				// next Open replays it.
+				e.log.Warn("bookie: close without checkpoint: out of space; the journal will be replayed", "err", err)
+			}
 		}
 	}
 	e.journal.close()
@@ -669,8 +813,9 @@ func (e *Engine) close(checkpoint bool) error {
 	return errors.Join(errs...)
 }
 
-// fail records an entry-log or index I/O error: the engine stops accepting
-// adds (reads go on).
+// fail records an entry-log or index I/O error other than running out of
+// space (see storageError, setNoSpace): the engine stops accepting adds for
+// good (reads go on).
 func (e *Engine) fail(err error) error {
 	e.mu.Lock()
 	if e.failErr == nil {
@@ -687,6 +832,7 @@ func (e *Engine) backgroundLoop() {
 	defer checkpoints.Stop()
 	gc := time.NewTicker(e.cfg.GCInterval)
 	defer gc.Stop()
+	var reclaim <-chan time.Time // armed by a deletion, for one sweep
 	for {
 		var err error
 		select {
@@ -698,8 +844,23 @@ func (e *Engine) backgroundLoop() {
 			err = e.Checkpoint()
 		case <-gc.C:
 			err = e.CompactEntryLogs()
+		case <-e.gcTrigger:
+			err = e.CompactEntryLogs()
+		case <-e.reclaimTrigger:
+			if reclaim == nil {
+				reclaim = time.After(e.cfg.ReclaimDelay)
+			}
+		case <-reclaim:
+			reclaim = nil
+			err = e.collectGarbage(gcSweep)
 		}
-		if err != nil && !errors.Is(err, ErrClosed) {
+		switch {
+		case err == nil || errors.Is(err, ErrClosed):
+		case isNoSpace(err):
+			// Already logged once when the engine turned read-only;
+			// retried until there is room.
+			e.log.Debug("bookie: background task out of space", "err", err)
+		default:
 			e.log.Warn("bookie: background task failed", "err", err)
 		}
 	}

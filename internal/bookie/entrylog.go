@@ -296,6 +296,41 @@ func (l *entryLogs) sync() error {
 	return nil
 }
 
+// abandon gives up the current log after a failed write or sync (a full
+// disk): it is closed without syncing and never written again, so that no
+// later record lands after a torn block. The records it synced before stay
+// readable and are collected like any other log's; the next append starts
+// a new log.
+func (l *entryLogs) abandon() {
+	if l.w == nil {
+		return
+	}
+	_ = l.w.file.Close()
+	l.mu.Lock()
+	l.sizes[l.w.id] = l.w.written
+	l.mu.Unlock()
+	l.w = nil
+}
+
+// retire finishes the current log (synced, closed) so that GC may collect
+// it; the next append starts a new one. The caller holds Engine.flushMu.
+func (l *entryLogs) retire() error {
+	if l.w == nil {
+		return nil
+	}
+	if err := l.syncWriter(); err != nil {
+		return err
+	}
+	if err := l.w.file.Close(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.sizes[l.w.id] = l.w.size()
+	l.mu.Unlock()
+	l.w = nil
+	return nil
+}
+
 // currentID returns the id of the log being written, 0 if none.
 func (l *entryLogs) currentID() uint64 {
 	if l.w == nil {

@@ -21,6 +21,7 @@ func testConfig(fs vfs.FS) Config {
 	cfg.CheckpointInterval = time.Hour
 	cfg.GCInterval = time.Hour
 	cfg.DiskCheckInterval = time.Hour
+	cfg.IndexBallastBytes = 64 << 10 // in memory, and copied by every crash clone
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	return cfg
 }

@@ -2,11 +2,13 @@ package bookie
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -120,11 +122,13 @@ type markerResult struct {
 
 // finishedBatch is a batch whose fate is known: synced (err nil) or failed.
 // positions (nil after a failure before writing) gives each marker its
-// journal position.
+// journal position. After running out of space the adds fail (err) but the
+// markers still resolve (markerErr nil): a position needs no space.
 type finishedBatch struct {
 	items     []journalItem
 	positions []journalPosition
 	err       error
+	markerErr error
 }
 
 // maxUnacknowledgedBatches bounds journal batches synced but not yet
@@ -151,19 +155,30 @@ type journal struct {
 	flushWhenEmpty bool
 	syncData       bool
 	skipSync       bool // test hook: mutant that never fsyncs
+	ackNoSpace     bool // test hook: mutant that acknowledges adds that ran out of space
 	beforeSync     func()
-	log            *slog.Logger
-	metrics        *metrics
-	counters       *counters
+	// onNoSpace is called (on the journal goroutine, without journal
+	// locks) when a write, sync or new file fails for lack of space.
+	onNoSpace func(error)
+	// mayGrow, if set, is asked before a new file is created (not for a
+	// recycled one): an error (out of space) fails the creation instead
+	// of letting the zero-fill take the index's last free bytes.
+	mayGrow  func(bytes int64) error
+	log      *slog.Logger
+	metrics  *metrics
+	counters *counters
 
 	mu         sync.Mutex
 	queue      []journalItem
 	queueBytes int
 	closing    bool
 	failed     error
-	live       []uint64      // files at or after the checkpoint (may hold records to replay), sorted
-	pool       []uint64      // files before the checkpoint, free for recycling
-	synced     chan struct{} // closed and replaced at the end of every fsync
+	live       []uint64 // files at or after the checkpoint (may hold records to replay), sorted
+	pool       []uint64 // files before the checkpoint, free for recycling
+	// poolEmpty mirrors len(pool) == 0 for readers on the add path
+	// (needsNewFile) that should not take mu.
+	poolEmpty atomic.Bool
+	synced    chan struct{} // closed and replaced at the end of every fsync
 
 	wake    chan struct{}
 	stopped chan struct{} // closed when both goroutines have returned
@@ -172,7 +187,9 @@ type journal struct {
 	// acknowledged; run waits when it is full.
 	completions chan finishedBatch
 
-	// Owned by the run goroutine.
+	// Owned by the run goroutine. file is nil after running out of space
+	// (the file was abandoned, or no new one could be made): the next add
+	// opens file fileID+1, which is always the next id.
 	file      vfs.File
 	fileID    uint64
 	offset    int64
@@ -191,14 +208,25 @@ func (j *journal) start(firstID uint64) error {
 	j.synced = make(chan struct{})
 	j.completions = make(chan finishedBatch, maxUnacknowledgedBatches)
 	j.spare = make(chan preparedFile, 1)
+	j.poolEmpty.Store(len(j.pool) == 0)
 	pf := j.prepare(firstID)
-	if pf.err != nil {
+	switch {
+	case pf.err == nil:
+		j.file, j.fileID, j.offset = pf.file, pf.id, 0
+		j.mu.Lock()
+		j.live = append(j.live, pf.id)
+		j.mu.Unlock()
+	case isNoSpace(pf.err):
+		// A full disk at startup: no file yet; adds are refused (the
+		// engine is read-only) and the first add after space returns
+		// makes it.
+		j.fileID = firstID - 1
+		if j.onNoSpace != nil {
+			j.onNoSpace(pf.err)
+		}
+	default:
 		return pf.err
 	}
-	j.file, j.fileID, j.offset = pf.file, pf.id, 0
-	j.mu.Lock()
-	j.live = append(j.live, pf.id)
-	j.mu.Unlock()
 	completerDone := make(chan struct{})
 	go func() {
 		defer close(completerDone)
@@ -223,12 +251,17 @@ func (j *journal) prepare(id uint64) preparedFile {
 		reuse = j.pool[0]
 		j.pool = j.pool[1:]
 	}
+	j.poolEmpty.Store(len(j.pool) == 0)
 	j.mu.Unlock()
 	var f vfs.File
 	var err error
 	if reuse != 0 {
 		f, err = j.fs.ReuseForWrite(j.path(reuse), j.path(id), vfs.WriteCategoryUnspecified)
 		j.counters.journalFilesRecycled.Add(1)
+	} else if j.mayGrow != nil {
+		if err = j.mayGrow(j.fileBytes); err == nil {
+			f, err = j.createZeroFilled(id)
+		}
 	} else {
 		f, err = j.createZeroFilled(id)
 	}
@@ -249,21 +282,30 @@ func (j *journal) createZeroFilled(id uint64) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A file that could not be filled (a full disk) is removed: half a
+	// journal file is space taken for nothing.
+	failed := func(err error) (vfs.File, error) {
+		_ = f.Close()
+		_ = j.fs.Remove(j.path(id))
+		return nil, err
+	}
 	// Preallocate reserves blocks; writing zeros also makes them "written"
-	// extents, so a later fdatasync has no metadata to commit.
-	_ = f.Preallocate(0, j.fileBytes)
+	// extents, so a later fdatasync has no metadata to commit. A failed
+	// preallocation that says the disk is full stops here; others (not
+	// supported) are left to the writes.
+	if err := f.Preallocate(0, j.fileBytes); err != nil && isNoSpace(err) {
+		return failed(err)
+	}
 	zeros := make([]byte, min(int64(zeroFillChunk), j.fileBytes))
 	for off := int64(0); off < j.fileBytes; off += int64(len(zeros)) {
 		chunk := zeros[:min(int64(len(zeros)), j.fileBytes-off)]
 		clear(chunk) // Write may modify its argument
 		if _, err := f.Write(chunk); err != nil {
-			_ = f.Close()
-			return nil, err
+			return failed(err)
 		}
 	}
 	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return nil, err
+		return failed(err)
 	}
 	return f, nil
 }
@@ -305,6 +347,11 @@ func (j *journal) complete(it journalItem, pos journalPosition, err error, now t
 	if it.marker != nil {
 		it.marker <- markerResult{pos: pos, err: err}
 		return
+	}
+	if err != nil && isNoSpace(err) && !errors.Is(err, ErrReadOnly) {
+		// The client should take its writes elsewhere, as from a
+		// read-only bookie.
+		err = fmt.Errorf("%w: %w", ErrReadOnly, err)
 	}
 	if err != nil {
 		j.counters.addsFailed.Add(1)
@@ -412,8 +459,13 @@ func (j *journal) process() {
 	var err error
 	for i, it := range j.batch {
 		if it.marker != nil {
-			positions[i] = journalPosition{fileID: j.fileID, offset: j.offset + int64(len(buf))}
+			positions[i] = j.position(len(buf))
 			continue
+		}
+		if j.file == nil { // after running out of space; nothing is buffered
+			if err = j.open(); err != nil {
+				break
+			}
 		}
 		size := int64(journalRecordHeaderBytes + len(it.body))
 		if end := j.offset + int64(len(buf)); end > 0 && end+size > j.fileBytes {
@@ -435,8 +487,11 @@ func (j *journal) process() {
 	j.counters.journalBatches.Add(1)
 	j.counters.journalRecords.Add(uint64(records))
 	if err != nil {
-		j.fail(err)
-		j.finish(positions, err)
+		j.failBatch(positions, err)
+		return
+	}
+	if j.file == nil { // only markers, with no file since running out of space
+		j.finish(positions, nil)
 		return
 	}
 	if j.beforeSync != nil {
@@ -451,20 +506,106 @@ func (j *journal) process() {
 		// follows but does not gate the acknowledgement.
 		j.finish(positions, nil)
 		if err := j.sync(); err != nil {
-			j.fail(err)
+			if isNoSpace(err) {
+				j.abandon(err)
+			} else {
+				j.fail(err)
+			}
 		}
 		return
 	}
-	err = j.sync()
-	if err != nil {
-		j.fail(err)
+	if err = j.sync(); err != nil {
+		j.failBatch(positions, err)
+		return
 	}
-	j.finish(positions, err)
+	j.finish(positions, nil)
 }
+
+// position is where the next record goes, buffered bytes after the last
+// written one; with no open file, the start of the next one.
+func (j *journal) position(buffered int) journalPosition {
+	if j.file == nil {
+		return journalPosition{fileID: j.fileID + 1}
+	}
+	return journalPosition{fileID: j.fileID, offset: j.offset + int64(buffered)}
+}
+
+// failBatch completes j.batch after err. Out of space, the file is
+// abandoned and the journal goes on with a new one once there is room:
+// the batch's adds fail, unacknowledged (some of their records may be
+// whole in the abandoned file and replay after a crash, in the order the
+// write cache holds them, which is allowed for a failed add), and its
+// markers still resolve: a marker after the failure gets the start of the
+// next file, which is where the next record will go. Any other error is
+// permanent: the file's state is unknown.
+func (j *journal) failBatch(positions []journalPosition, err error) {
+	if !isNoSpace(err) {
+		j.fail(err)
+		j.finish(positions, err)
+		return
+	}
+	j.abandon(err)
+	for i, it := range j.batch {
+		if it.marker != nil && positions[i] == (journalPosition{}) {
+			positions[i] = j.position(0)
+		}
+	}
+	if j.ackNoSpace {
+		err = nil
+	}
+	j.completions <- finishedBatch{items: j.batch, positions: positions, err: err}
+	j.batch = nil
+}
+
+// abandon closes the current file without syncing it and never writes it
+// again: after a failed write or fsync its unsynced state is unknown
+// ("fsyncgate"), and records appended after a torn one could replay out
+// of order. What it synced before stays valid for replay; it is released
+// by the next checkpoint like any other file.
+func (j *journal) abandon(err error) {
+	if j.file != nil {
+		_ = j.file.Close()
+		j.file = nil
+	}
+	j.offset = 0
+	j.log.Warn("bookie: journal out of space; adds are refused until there is room", "file", j.fileID, "err", err)
+	if j.onNoSpace != nil {
+		j.onNoSpace(err)
+	}
+}
+
+// open starts the next file after the current one was abandoned (or none
+// could be made at startup).
+func (j *journal) open() error {
+	var pf preparedFile
+	if j.preparing {
+		pf = <-j.spare
+		j.preparing = false
+		if isNoSpace(pf.err) {
+			// Prepared in the background while the disk was full, maybe
+			// long ago: try again now.
+			pf = j.prepare(j.fileID + 1)
+		}
+	} else {
+		pf = j.prepare(j.fileID + 1)
+	}
+	if pf.err != nil {
+		return pf.err
+	}
+	j.file, j.fileID, j.offset = pf.file, pf.id, 0
+	j.mu.Lock()
+	j.live = append(j.live, pf.id)
+	j.mu.Unlock()
+	return nil
+}
+
+// needsNewFile reports whether the next file must be created (none is
+// pooled for recycling): the space a journal roll will take.
+func (j *journal) needsNewFile() bool { return j.poolEmpty.Load() }
 
 // finish hands j.batch, synced or failed, to completeLoop.
 func (j *journal) finish(positions []journalPosition, err error) {
-	j.completions <- finishedBatch{items: j.batch, positions: positions, err: err}
+	j.completions <- finishedBatch{items: j.batch, positions: positions, err: err, markerErr: err}
 	j.batch = nil
 }
 
@@ -477,7 +618,11 @@ func (j *journal) completeLoop() {
 			if b.positions != nil {
 				pos = b.positions[i]
 			}
-			j.complete(it, pos, b.err, now)
+			err := b.err
+			if it.marker != nil {
+				err = b.markerErr
+			}
+			j.complete(it, pos, err, now)
 		}
 	}
 }
@@ -522,20 +667,10 @@ func (j *journal) roll() error {
 		return ioError("close journal file", err)
 	}
 	j.file = nil
-	var pf preparedFile
-	if j.preparing {
-		pf = <-j.spare
-		j.preparing = false
-	} else {
-		pf = j.prepare(j.fileID + 1)
+	if err := j.open(); err != nil {
+		return err
 	}
-	if pf.err != nil {
-		return pf.err
-	}
-	j.file, j.fileID, j.offset = pf.file, pf.id, 0
-	j.mu.Lock()
-	j.live = append(j.live, pf.id)
-	j.mu.Unlock()
+	pf := preparedFile{id: j.fileID}
 	// Prepare the following file while this one fills, so that a roll
 	// costs a rename, not a zero-fill, on the add path.
 	j.preparing = true
@@ -588,6 +723,7 @@ func (j *journal) release(cp journalPosition) {
 			remove = append(remove, id)
 		}
 	}
+	j.poolEmpty.Store(len(j.pool) == 0)
 	j.live = keep
 	j.mu.Unlock()
 	for _, id := range remove {
@@ -595,6 +731,26 @@ func (j *journal) release(cp journalPosition) {
 			j.log.Warn("bookie: remove journal file", "file", id, "err", err)
 		}
 	}
+}
+
+// trimPool removes pooled files beyond keep (disk pressure: a pooled file
+// is JournalFileBytes of preallocated zeros) and returns how many it
+// removed.
+func (j *journal) trimPool(keep int) int {
+	j.mu.Lock()
+	var remove []uint64
+	if len(j.pool) > keep {
+		remove = slices.Clone(j.pool[keep:])
+		j.pool = j.pool[:keep]
+	}
+	j.poolEmpty.Store(len(j.pool) == 0)
+	j.mu.Unlock()
+	for _, id := range remove {
+		if err := j.fs.Remove(j.path(id)); err != nil {
+			j.log.Warn("bookie: remove pooled journal file", "file", id, "err", err)
+		}
+	}
+	return len(remove)
 }
 
 // close drains the queue (every queued add is written, synced and

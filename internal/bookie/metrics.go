@@ -21,6 +21,15 @@ type metrics struct {
 	ledgerDiskBytes prometheus.Gauge
 	serverStatus    prometheus.Gauge
 
+	diskUsage          prometheus.Gauge
+	diskFreeBytes      prometheus.Gauge
+	diskPredictedUsage prometheus.Gauge
+	diskPredictedFree  prometheus.Gauge
+	diskWarn           prometheus.Gauge
+	readOnly           *prometheus.GaugeVec
+	noSpaceErrors      prometheus.Counter
+	gcReclaimedBytes   prometheus.Counter
+
 	registerer prometheus.Registerer
 	registered []prometheus.Collector
 }
@@ -55,14 +64,42 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		serverStatus: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bookie_SERVER_STATUS", Help: "1 when the bookie is writable, 0 when read-only.",
 		}),
+		diskUsage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_disk_usage_ratio", Help: "Used fraction of the ledger directory's file system at the last statfs.",
+		}),
+		diskFreeBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_disk_free_bytes", Help: "Free bytes of the ledger directory's file system at the last statfs.",
+		}),
+		diskPredictedUsage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_disk_predicted_usage_ratio", Help: "Used fraction once the write cache (and the next journal file) are written: what the thresholds compare.",
+		}),
+		diskPredictedFree: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_disk_predicted_free_bytes", Help: "Free bytes once the write cache (and the next journal file) are written.",
+		}),
+		diskWarn: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bookie_disk_usage_warn", Help: "1 while the predicted disk usage is above the warn threshold.",
+		}),
+		readOnly: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bookie_read_only", Help: "1 for the reason the bookie is read-only (disk_usage: past the threshold; no_space: a write ran out of space), 0 otherwise.",
+		}, []string{"reason"}),
+		noSpaceErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_no_space_errors_total", Help: "Writes that failed, or were not started, for lack of disk space.",
+		}),
+		gcReclaimedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_gc_reclaimed_bytes_total", Help: "Entry-log bytes removed by garbage collection.",
+		}),
 	}
 	m.serverStatus.Set(1)
+	m.readOnly.WithLabelValues(reasonDiskUsage).Set(0)
+	m.readOnly.WithLabelValues(reasonNoSpace).Set(0)
 	if reg == nil {
 		return m, nil
 	}
 	m.registerer = reg
 	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.queueDepth,
-		m.readCacheHits, m.readCacheMisses, m.ledgerDiskBytes, m.serverStatus} {
+		m.readCacheHits, m.readCacheMisses, m.ledgerDiskBytes, m.serverStatus,
+		m.diskUsage, m.diskFreeBytes, m.diskPredictedUsage, m.diskPredictedFree, m.diskWarn, m.readOnly,
+		m.noSpaceErrors, m.gcReclaimedBytes} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, errors.Join(errors.New("bookie: register metrics"), err)
@@ -99,6 +136,7 @@ type counters struct {
 	checkpoints                                  atomic.Uint64
 	gcPasses, gcReclaimedBytes, gcRelocated      atomic.Uint64
 	replayedRecords                              atomic.Uint64
+	noSpaceErrors                                atomic.Uint64
 }
 
 // Stats is a snapshot of the engine's counters.
@@ -137,4 +175,8 @@ type Stats struct {
 	GCRelocatedEntries               uint64
 	Ledgers                          int
 	ReadOnly                         bool
+	ReadOnlyReason                   string // "", "disk_usage" or "no_space"
+	// NoSpaceErrors counts writes that failed, or were not started, for
+	// lack of space (each turned the bookie read-only).
+	NoSpaceErrors uint64
 }

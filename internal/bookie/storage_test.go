@@ -3,6 +3,7 @@ package bookie
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,11 +64,14 @@ func TestGCReclaimsDeletedLedgers(t *testing.T) {
 }
 
 func TestDiskThresholds(t *testing.T) {
+	const total = 1 << 30
 	var usedPermille atomic.Int64
 	usedPermille.Store(500)
 	changes := make(chan bool, 10)
 	cfg := testConfig(vfs.NewMem())
-	cfg.DiskUsage = func() (used, total uint64, err error) { return uint64(usedPermille.Load()), 1000, nil }
+	cfg.DiskUsage = func() (used, total uint64, err error) {
+		return uint64(usedPermille.Load()) * (1 << 30) / 1000, 1 << 30, nil
+	}
 	cfg.OnReadOnlyChange = func(readOnly bool) { changes <- readOnly }
 	cfg.DiskCheckInterval = time.Millisecond
 	e := openTest(t, cfg)
@@ -78,8 +82,11 @@ func TestDiskThresholds(t *testing.T) {
 	if ro := recvWithin(t, changes); !ro {
 		t.Fatalf("callback readOnly=%v, want true", ro)
 	}
-	if free, total, ro := e.Info(); !ro || total != 1000 || free != 30 {
-		t.Fatalf("Info = %d free, %d total, readOnly %v", free, total, ro)
+	if free, tot, ro := e.Info(); !ro || tot != total || free != total-970*total/1000 {
+		t.Fatalf("Info = %d free, %d total, readOnly %v", free, tot, ro)
+	}
+	if ro, reason := e.ReadOnlyReason(); !ro || !strings.Contains(reason, "disk usage") {
+		t.Fatalf("ReadOnlyReason = %v %q", ro, reason)
 	}
 	if err := addWait(t, e, AddRequest{LedgerID: 1, EntryID: 1, LastAddConfirmed: 0}); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("add when read-only = %v, want ErrReadOnly", err)
@@ -87,9 +94,12 @@ func TestDiskThresholds(t *testing.T) {
 	if ent, err := e.Read(1, 0); err != nil || string(ent.Payload) != "before" {
 		t.Fatalf("read when read-only = %q, %v", ent.Payload, err)
 	}
-	if st := e.Stats(); !st.ReadOnly {
-		t.Fatalf("Stats.ReadOnly = false")
+	if st := e.Stats(); !st.ReadOnly || st.ReadOnlyReason != reasonDiskUsage {
+		t.Fatalf("Stats.ReadOnly = %v %q", st.ReadOnly, st.ReadOnlyReason)
 	}
+	// Recovery adds are still taken: ledgers this bookie holds can be
+	// recovered.
+	mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: 0, LastAddConfirmed: -1, Recovery: true, Payload: []byte("before")})
 
 	// Between the thresholds nothing changes (hysteresis); checked
 	// synchronously so the assertion does not depend on timing.

@@ -8,7 +8,9 @@ import (
 // writeCache is double-buffered: adds go to active while a checkpoint writes
 // flushing to entry logs. Guarded by Engine.mu.
 //
-// Invariant: flushing is non-empty only while a checkpoint holds flushMu.
+// Invariant: flushing is non-empty only while a checkpoint holds flushMu,
+// or after a checkpoint that ran out of space (Engine.retryCheckpoint set),
+// until the checkpoint that retries it succeeds.
 type writeCache struct {
 	active, flushing *writeCacheHalf
 	halfBytes        int

@@ -222,6 +222,14 @@ func (n *Node) onReadOnlyChange(readOnly bool) {
 	}()
 }
 
+// ReadOnlyReason reports whether the bookie refuses adds and why ("" when
+// writable): a disk past its threshold, or out of space until a checkpoint
+// succeeds. Reads, fencing and recovery go on either way. For /healthz: a
+// read-only bookie is healthy, just not a placement target.
+func (n *Node) ReadOnlyReason() (readOnly bool, reason string) {
+	return n.engine.ReadOnlyReason()
+}
+
 // ID is the bookie's registry id.
 func (n *Node) ID() string { return n.cfg.ID }
 

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"quire/internal/bookie"
 	"quire/internal/bookie/client"
+	"quire/internal/testutil"
 )
 
 // The whole add path of a real bookie, fast paths included: pipelined adds with distinct
@@ -78,4 +81,51 @@ func TestPipelinedAddsReadBack(t *testing.T) {
 		t.Fatalf("want the entries flushed by several checkpoints, got %+v", s)
 	}
 	check("from entry logs")
+}
+
+// A bookie on a full disk starts read-only, says why, answers adds with
+// the read-only status (which the ledger client takes as "replace this
+// bookie"), keeps serving reads, and becomes writable by itself when space
+// returns.
+func TestReadOnlyReasonOnFullDisk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+	var freeBytes atomic.Uint64
+	freeBytes.Store(1 << 30)
+	engine := DefaultEngineConfig()
+	engine.StatFS = func(string) (bookie.DiskSpace, error) {
+		return bookie.DiskSpace{TotalBytes: 2 << 30, FreeBytes: freeBytes.Load()}, nil
+	}
+	engine.DiskCheckInterval = time.Millisecond
+	n, err := Start(ctx, Config{DataDir: t.TempDir(), ListenAddr: "127.0.0.1:0", Engine: &engine, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c := client.New(client.Config{Logger: quiet})
+	defer c.Close()
+	if ro, reason := n.ReadOnlyReason(); ro {
+		t.Fatalf("read-only with half the disk free: %s", reason)
+	}
+	if err := c.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 1, EntryID: 0, LastAddConfirmed: -1, Payload: []byte("kept")}); err != nil {
+		t.Fatal(err)
+	}
+
+	freeBytes.Store(10 << 20) // past 95%
+	testutil.WaitFor(t, "read-only", func() bool { ro, _ := n.ReadOnlyReason(); return ro })
+	_, reason := n.ReadOnlyReason()
+	t.Logf("read-only: %s", reason)
+	if err := c.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 1, EntryID: 1, LastAddConfirmed: 0, Payload: []byte("refused")}); !errors.Is(err, client.ErrReadOnly) {
+		t.Fatalf("add on a full bookie = %v, want ErrReadOnly", err)
+	}
+	if got, err := c.Read(ctx, n.Addr(), 1, 0, false); err != nil || string(got.Payload) != "kept" {
+		t.Fatalf("read on a full bookie = %q, %v", got.Payload, err)
+	}
+
+	freeBytes.Store(1 << 30)
+	testutil.WaitFor(t, "writable again", func() bool { ro, _ := n.ReadOnlyReason(); return !ro })
+	if err := c.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 1, EntryID: 1, LastAddConfirmed: 0, Payload: []byte("accepted")}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,0 +1,6 @@
+//go:build race
+
+package bookie
+
+// raceEnabled: the race detector slows the crash tests about tenfold.
+const raceEnabled = true
