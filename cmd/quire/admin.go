@@ -44,7 +44,7 @@ func newAdminCommand() *cobra.Command {
 		Short: "Administer a cluster from the command line",
 		Long: `Inspect a running cluster through its metadata store.
 
-  quire admin bookies       registered bookies: address, zone, writable or read-only
+  quire admin bookies       registered bookies: address, zone, writable or read-only, disk usage
   quire admin autorecovery  the auditor, under-replicated ledgers and the workers' progress
   quire admin tenants       tenants (create, delete)
   quire admin namespaces    a tenant's namespaces, their policies and bundle owners
@@ -62,9 +62,11 @@ func newAdminCommand() *cobra.Command {
 func newAdminBookiesCommand(o *adminOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "bookies",
-		Short: "List bookies: id, address, zone, writable or read-only",
-		Long: `List the registered bookies. Bookies that autorecovery has seen registered
-but that are registered no more are listed too, as "unregistered".`,
+		Short: "List bookies: id, address, zone, writable or read-only, disk usage",
+		Long: `List the registered bookies with their disk usage (free, total, used %, as the
+bookie last published it: at registration and whenever it turns read-only or
+writable). Bookies that autorecovery has seen registered but that are
+registered no more are listed too, as "unregistered".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.withStore(cmd, func(ctx context.Context, store meta.Store) error {
@@ -113,16 +115,20 @@ func unregisteredBookies(ctx context.Context, store meta.Store, live []registry.
 
 func printBookies(out io.Writer, infos []registry.Info, gone map[string]string) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tSTATE\tFREE\tTOTAL")
+	fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tSTATE\tFREE\tTOTAL\tUSED")
 	for _, i := range infos {
 		state := "writable"
 		if i.ReadOnly {
 			state = "read-only"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Addr, orDash(i.Zone), state, bytesOrDash(i.FreeBytes), bytesOrDash(i.TotalBytes))
+		used := "-"
+		if i.TotalBytes > 0 {
+			used = fmt.Sprintf("%.1f%%", usedPercent(i.FreeBytes, i.TotalBytes))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Addr, orDash(i.Zone), state, bytesOrDash(i.FreeBytes), bytesOrDash(i.TotalBytes), used)
 	}
 	for _, id := range slices.Sorted(maps.Keys(gone)) {
-		fmt.Fprintf(tw, "%s\t-\t%s\tunregistered\t-\t-\n", id, orDash(gone[id]))
+		fmt.Fprintf(tw, "%s\t-\t%s\tunregistered\t-\t-\t-\n", id, orDash(gone[id]))
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "%d registered, %d unregistered\n", len(infos), len(gone))

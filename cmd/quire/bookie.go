@@ -33,8 +33,10 @@ type engineFlags struct {
 	checkpointInterval         time.Duration
 	gcInterval                 time.Duration
 	gcThreshold                float64
+	diskUsageWarn              float64
 	diskUsageHigh              float64
 	diskUsageLow               float64
+	diskReserveMB              int
 }
 
 func (e *engineFlags) register(cmd *cobra.Command) {
@@ -51,8 +53,10 @@ func (e *engineFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&e.checkpointInterval, "checkpoint-interval", d.CheckpointInterval, "how often the write cache is flushed to entry logs and old journals recycled")
 	f.DurationVar(&e.gcInterval, "gc-interval", d.GCInterval, "how often entry logs are compacted")
 	f.Float64Var(&e.gcThreshold, "gc-threshold", d.GCThreshold, "compact entry logs whose live fraction is below this")
-	f.Float64Var(&e.diskUsageHigh, "disk-usage-high", d.DiskUsageHigh, "disk usage fraction above which the bookie turns read-only")
-	f.Float64Var(&e.diskUsageLow, "disk-usage-low", d.DiskUsageLow, "disk usage fraction below which a read-only bookie is writable again")
+	f.Float64Var(&e.diskUsageWarn, "disk-usage-warn", d.DiskUsageWarn, "disk usage fraction (predicted) above which the bookie warns and compacts entry logs at once")
+	f.Float64Var(&e.diskUsageHigh, "disk-usage-high", d.DiskUsageHigh, "disk usage fraction (predicted) above which the bookie turns read-only")
+	f.Float64Var(&e.diskUsageLow, "disk-usage-low", d.DiskUsageLow, "disk usage fraction (predicted) below which a read-only bookie is writable again")
+	f.IntVar(&e.diskReserveMB, "disk-reserve-mb", int(d.DiskReserveBytes>>20), "free space (MiB) the bookie never plans to use: with less predicted free it turns read-only, whatever the usage fraction")
 }
 
 func (e *engineFlags) config() *bookie.Config {
@@ -68,8 +72,10 @@ func (e *engineFlags) config() *bookie.Config {
 	c.CheckpointInterval = e.checkpointInterval
 	c.GCInterval = e.gcInterval
 	c.GCThreshold = e.gcThreshold
+	c.DiskUsageWarn = e.diskUsageWarn
 	c.DiskUsageHigh = e.diskUsageHigh
 	c.DiskUsageLow = e.diskUsageLow
+	c.DiskReserveBytes = int64(e.diskReserveMB) << 20
 	return &c
 }
 
@@ -120,7 +126,8 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 			}
 			if o.httpAddr != "" {
 				health := admin.NewHealth()
-				health.Register("bookie", n.Healthy)
+				health.RegisterReporter("bookie", bookieReporter(n))
+				_ = prometheus.DefaultRegisterer.Register(health.Collector(2 * time.Second)) // quire_component_status
 				health.SetReady(true)
 				hs, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health})
 				if err != nil {

@@ -122,7 +122,8 @@ ledgers; no data is copied.`,
 			}
 			defer closeBroker()
 			health := admin.NewHealth()
-			health.Register("broker", br.Healthy)
+			health.RegisterReporter("broker", brokerReporter(br))
+			_ = prometheus.DefaultRegisterer.Register(health.Collector(2 * time.Second)) // quire_component_status
 			httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
 			if err != nil {
 				return err

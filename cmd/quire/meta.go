@@ -23,6 +23,8 @@ type metaOptions struct {
 	initialCluster      string
 	initialClusterState string
 	etcdLogLevel        string
+	ballastMB           int
+	quotaBackendMB      int
 }
 
 func (o *metaOptions) embedConfig(dataDir string) meta.EmbedConfig {
@@ -34,6 +36,10 @@ func (o *metaOptions) embedConfig(dataDir string) meta.EmbedConfig {
 		InitialCluster: o.initialCluster,
 		ClusterState:   o.initialClusterState,
 		LogLevel:       o.etcdLogLevel,
+		Headroom:       meta.Headroom{BallastBytes: int64(o.ballastMB) << 20},
+		// 0 keeps etcd's default (2 GiB).
+		QuotaBackendBytes: int64(o.quotaBackendMB) << 20,
+		Logger:            slog.Default(),
 	}
 }
 
@@ -64,6 +70,9 @@ Every other role takes --meta-endpoints to use it, or any external etcd cluster.
 				slog.Info("quire meta stopping")
 				return nil
 			case err := <-e.Err():
+				// A member process has nothing else to serve: exit, so
+				// that its supervisor restarts it (on a full disk its
+				// ballast is released before etcd starts again).
 				return fmt.Errorf("meta: %w", err)
 			}
 		},
@@ -84,4 +93,6 @@ func addMetaMemberFlags(cmd *cobra.Command, o *metaOptions, prefix string) {
 	f.StringVar(&o.initialCluster, prefix+"initial-cluster", "", "etcd initial cluster, name=http://host:port,...; empty: this member alone")
 	f.StringVar(&o.initialClusterState, prefix+"initial-cluster-state", "new", "etcd initial cluster state: new or existing")
 	f.StringVar(&o.etcdLogLevel, prefix+"etcd-log-level", "fatal", "log level of etcd's own logger (debug, info, warn, error, fatal)")
+	f.IntVar(&o.ballastMB, prefix+"ballast-mb", meta.DefaultBallastBytes>>20, "disk space (MiB, at most 1/16 of the file system) reserved for etcd by a ballast file beside its data dir, released when free space drops below it so that a full disk never stops etcd; 0: none")
+	f.IntVar(&o.quotaBackendMB, prefix+"quota-backend-mb", 0, "etcd's database quota (MiB): past it etcd refuses writes (NOSPACE alarm) but keeps serving reads; 0: etcd's default, 2048")
 }

@@ -26,10 +26,12 @@ const clusterKey = "/quire/cluster"
 
 type standaloneOptions struct {
 	dataDir     string
+	metaDataDir string
 	httpAddr    string
 	bookieAddrs []string
 	meta        metaOptions
 	broker      brokerFlags
+	engine      engineFlags
 }
 
 func newStandaloneCommand() *cobra.Command {
@@ -42,7 +44,12 @@ A restart on the same data dir keeps its data. Stops gracefully on SIGINT or SIG
 
 It runs: the embedded metadata store (etcd), three bookies (one per
 --bookie-addrs entry; topics use E=3, Qw=3, Qa=2), a broker serving the Kafka
-protocol on --kafka-addr, and the HTTP server with /healthz, /readyz and /metrics.`,
+protocol on --kafka-addr, and the HTTP server with /healthz, /readyz and /metrics.
+
+A full disk never stops it: the bookies turn read-only (reads are served,
+produces are refused with NOT_ENOUGH_REPLICAS), etcd keeps the space of its
+ballast (--meta-ballast-mb), /healthz says "status: degraded" and why, and it
+turns writable again by itself once space is freed (docs/operations.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -52,10 +59,12 @@ protocol on --kafka-addr, and the HTTP server with /healthz, /readyz and /metric
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.dataDir, "data-dir", "./quire-data", "data directory for every component")
+	f.StringVar(&o.metaDataDir, "meta-data-dir", "", "etcd's data directory, ideally on another file system than the bookies' (default DATA-DIR/meta)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
 	f.StringSliceVar(&o.bookieAddrs, "bookie-addrs", []string{"127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"}, "listen addresses of the bookies to run, one bookie each (data in DATA-DIR/bookie-N)")
 	addMetaMemberFlags(cmd, &o.meta, "meta-")
 	o.broker.register(cmd)
+	o.engine.register(cmd)
 	return cmd
 }
 
@@ -63,7 +72,10 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	log := slog.Default()
 	started := time.Now()
 	health := admin.NewHealth()
-	metaDir := filepath.Join(o.dataDir, "meta")
+	metaDir := o.metaDataDir
+	if metaDir == "" {
+		metaDir = filepath.Join(o.dataDir, "meta")
+	}
 	if err := os.MkdirAll(metaDir, 0o755); err != nil {
 		return err
 	}
@@ -77,27 +89,25 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		return err
 	}
 	defer store.Close()
-	health.Register("meta", func(ctx context.Context) error {
-		if err := embedded.Healthy(); err != nil {
-			return err
-		}
-		_, err := store.Get(ctx, clusterKey)
-		return err
-	})
+	health.RegisterReporter("meta", metaReporter(embedded, store))
+	registerMetaMetrics(embedded)
 	id, err := ensureCluster(ctx, store)
 	if err != nil {
 		return err
 	}
 	for i, addr := range o.bookieAddrs {
+		dir := filepath.Join(o.dataDir, fmt.Sprintf("bookie-%d", i+1))
+		engine := o.engine.config()
+		engine.DiskUsage = sharedDiskUsage(dir, metaDir, embedded)
 		n, err := node.Start(ctx, node.Config{
-			ID: fmt.Sprintf("bookie-%d", i+1), DataDir: filepath.Join(o.dataDir, fmt.Sprintf("bookie-%d", i+1)), ListenAddr: addr,
-			Store: store, Registerer: prometheus.DefaultRegisterer, Logger: log,
+			ID: fmt.Sprintf("bookie-%d", i+1), DataDir: dir, ListenAddr: addr,
+			Store: store, Engine: engine, Registerer: prometheus.DefaultRegisterer, Logger: log,
 		})
 		if err != nil {
 			return err
 		}
 		defer n.Close()
-		health.Register(n.ID(), n.Healthy)
+		health.RegisterReporter(n.ID(), bookieReporter(n))
 	}
 
 	br, closeBroker, err := o.broker.start(ctx, store, o.httpAddr, log)
@@ -105,7 +115,10 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		return err
 	}
 	defer closeBroker() // before the bookies close: close the ledgers cleanly first
-	health.Register("broker", br.Healthy)
+	health.RegisterReporter("broker", brokerReporter(br))
+	if err := prometheus.DefaultRegisterer.Register(health.Collector(2 * time.Second)); err != nil {
+		log.Warn("health metrics not registered", "err", err)
+	}
 
 	httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
 	if err != nil {
@@ -114,17 +127,32 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	health.SetReady(true)
 	log.Info("quire standalone ready", "cluster", id, "data-dir", o.dataDir, "http", "http://"+httpServer.Addr(),
 		"meta", embedded.Endpoint(), "kafka", o.broker.kafkaAddr, "startup", time.Since(started).Round(time.Millisecond))
+	logDegraded(ctx, health, log)
 
 	var runErr error
-	select {
-	case <-ctx.Done():
+	lost := br.Lost()
+	for runErr == nil && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-embedded.Failed():
+			// The process stays up: the bookies keep serving reads of what
+			// the broker has loaded, and /healthz says what stopped. The
+			// broker will lose its session; that is no reason to exit then.
+			log.Error("metadata store down; quire standalone keeps running: restart it once the cause is fixed", "err", embedded.Failure())
+			lost = nil
+			<-ctx.Done()
+		case <-lost:
+			if embedded.Failure() != nil {
+				lost = nil
+				continue
+			}
+			// As Pulsar's default zookeeperSessionExpiredPolicy=shutdown: the
+			// broker's claims are gone, so stop rather than serve without them.
+			runErr = fmt.Errorf("broker %d lost its metadata session", br.ID())
+		}
+	}
+	if runErr == nil {
 		log.Info("quire standalone stopping")
-	case err := <-embedded.Err():
-		runErr = fmt.Errorf("embedded etcd: %w", err)
-	case <-br.Lost():
-		// As Pulsar's default zookeeperSessionExpiredPolicy=shutdown: the
-		// broker's claims are gone, so stop rather than serve without them.
-		runErr = fmt.Errorf("broker %d lost its metadata session", br.ID())
 	}
 	health.SetReady(false)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -7,6 +7,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,24 +23,93 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Check reports a component's health: nil when healthy.
+// Check reports a component's health: nil when healthy, an error made by
+// Degraded when it works in part (a read-only bookie), any other error when
+// it is down.
 type Check func(ctx context.Context) error
 
-// Health is the registry of started components and their checks.
+// Status is a component's (or the process's) state, worst last.
+type Status int
+
+const (
+	// StatusOK: everything the component does works.
+	StatusOK Status = iota
+	// StatusDegraded: it works in part, and says what does not (a bookie on a
+	// full disk: reads served, writes refused). The process is still healthy:
+	// /healthz and /readyz answer 200.
+	StatusDegraded
+	// StatusDown: the component does not work (the metadata store stopped).
+	// /healthz and /readyz answer 503.
+	StatusDown
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusDegraded:
+		return "degraded"
+	}
+	return "down"
+}
+
+// MarshalText writes the status as its name in JSON.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Report is a component's state.
+type Report struct {
+	Status Status `json:"status"`
+	// Reason says why the status is not ok; empty when it is.
+	Reason string `json:"reason,omitempty"`
+	// Detail carries figures worth showing (disk usage: free_bytes,
+	// total_bytes, used_percent, read_only); shown in JSON and, sorted by
+	// key, after the reason in text.
+	Detail map[string]any `json:"detail,omitempty"`
+}
+
+// Reporter reports a component's state; it must return within ctx.
+type Reporter func(ctx context.Context) Report
+
+// degradedError marks a Check's error as degraded rather than down.
+type degradedError struct{ reason string }
+
+func (e degradedError) Error() string { return e.reason }
+
+// Degraded is the error a Check returns when its component works in part.
+func Degraded(reason string) error { return degradedError{reason} }
+
+// ReportOf turns a Check's answer into a Report.
+func ReportOf(err error) Report {
+	var d degradedError
+	switch {
+	case err == nil:
+		return Report{Status: StatusOK}
+	case errors.As(err, &d):
+		return Report{Status: StatusDegraded, Reason: d.reason}
+	}
+	return Report{Status: StatusDown, Reason: err.Error()}
+}
+
+// Health is the registry of started components and their reporters.
 type Health struct {
-	mu     sync.Mutex
-	checks map[string]Check
-	ready  bool
+	mu        sync.Mutex
+	reporters map[string]Reporter
+	ready     bool
 }
 
 // NewHealth returns an empty registry; it is not ready until SetReady(true).
-func NewHealth() *Health { return &Health{checks: map[string]Check{}} }
+func NewHealth() *Health { return &Health{reporters: map[string]Reporter{}} }
 
 // Register adds a started component's check.
 func (h *Health) Register(name string, c Check) {
+	h.RegisterReporter(name, func(ctx context.Context) Report { return ReportOf(c(ctx)) })
+}
+
+// RegisterReporter adds a started component's reporter.
+func (h *Health) RegisterReporter(name string, r Reporter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.checks[name] = c
+	h.reporters[name] = r
 }
 
 // SetReady marks startup complete (or, with false, shutdown begun).
@@ -49,34 +119,92 @@ func (h *Health) SetReady(ready bool) {
 	h.ready = ready
 }
 
-// Status runs every check (each bounded by timeout) and returns a per-component
-// report, sorted by name, and whether all are healthy.
-func (h *Health) Status(ctx context.Context, timeout time.Duration) (report []string, healthy, ready bool) {
+// ComponentReport is one component's Report under its name.
+type ComponentReport struct {
+	Name string `json:"name"`
+	Report
+}
+
+// ProcessReport is what /healthz and /readyz answer.
+type ProcessReport struct {
+	// Status is the worst of the components'.
+	Status Status `json:"status"`
+	// Ready: startup finished and shutdown not begun.
+	Ready      bool              `json:"ready"`
+	Components []ComponentReport `json:"components"`
+}
+
+// Healthy: no component is down. A degraded process is healthy: it serves
+// what it can (reads from read-only bookies).
+func (r ProcessReport) Healthy() bool { return r.Status < StatusDown }
+
+// Report runs every reporter (each bounded by timeout) and returns the
+// components' reports sorted by name.
+func (h *Health) Report(ctx context.Context, timeout time.Duration) ProcessReport {
 	h.mu.Lock()
-	names := make([]string, 0, len(h.checks))
-	for n := range h.checks {
+	reporters := make(map[string]Reporter, len(h.reporters))
+	for n, r := range h.reporters {
+		reporters[n] = r
+	}
+	ready := h.ready
+	h.mu.Unlock()
+	names := make([]string, 0, len(reporters))
+	for n := range reporters {
 		names = append(names, n)
 	}
-	checks := make(map[string]Check, len(h.checks))
-	for n, c := range h.checks {
-		checks[n] = c
-	}
-	ready = h.ready
-	h.mu.Unlock()
 	sort.Strings(names)
-	healthy = true
+	pr := ProcessReport{Status: StatusOK, Ready: ready}
 	for _, n := range names {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		err := checks[n](cctx)
+		r := reporters[n](cctx)
 		cancel()
-		if err != nil {
-			healthy = false
-			report = append(report, fmt.Sprintf("%s: %v", n, err))
-		} else {
-			report = append(report, n+": ok")
-		}
+		pr.Status = max(pr.Status, r.Status)
+		pr.Components = append(pr.Components, ComponentReport{Name: n, Report: r})
 	}
-	return report, healthy, ready && healthy
+	return pr
+}
+
+// Status runs every check (each bounded by timeout) and returns a per-component
+// report, sorted by name, and whether all are healthy (none down).
+func (h *Health) Status(ctx context.Context, timeout time.Duration) (report []string, healthy, ready bool) {
+	pr := h.Report(ctx, timeout)
+	for _, c := range pr.Components {
+		report = append(report, c.line())
+	}
+	return report, pr.Healthy(), pr.Ready && pr.Healthy()
+}
+
+// line is the component's line of the text report: "name: ok", "name:
+// degraded: reason (k=v ...)", "name: reason" when down.
+func (c ComponentReport) line() string {
+	var b strings.Builder
+	b.WriteString(c.Name)
+	b.WriteString(": ")
+	switch c.Status {
+	case StatusOK:
+		b.WriteString("ok")
+	case StatusDegraded:
+		b.WriteString("degraded: ")
+		b.WriteString(c.Reason)
+	default:
+		b.WriteString(c.Reason)
+	}
+	if len(c.Detail) > 0 {
+		keys := make([]string, 0, len(c.Detail))
+		for k := range c.Detail {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteString(" (")
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s=%v", k, c.Detail[k])
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
 }
 
 // Config configures the HTTP server.
@@ -96,7 +224,19 @@ type Server struct {
 	log *slog.Logger
 }
 
+// wantsJSON: ?format=json or an Accept header naming application/json.
+func wantsJSON(r *http.Request) bool {
+	return r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
 // Mux returns the handler with /healthz, /readyz and /metrics, for embedding.
+//
+// /healthz answers 200 while no component is down, so a degraded process
+// (read-only bookies: reads served, writes refused) is healthy; /readyz
+// answers 200 when, besides, startup has finished. Both list every
+// component: as text, "status: ok|degraded|down" and then one line per
+// component ("bookie-1: degraded: read-only: ... (free_bytes=... )"); as
+// JSON (?format=json, or Accept: application/json) a ProcessReport.
 func Mux(cfg Config) *http.ServeMux {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
@@ -107,19 +247,30 @@ func Mux(cfg Config) *http.ServeMux {
 	mux := http.NewServeMux()
 	health := func(needReady bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			report, healthy, ready := cfg.Health.Status(r.Context(), cfg.CheckTimeout)
-			ok := healthy
+			pr := cfg.Health.Report(r.Context(), cfg.CheckTimeout)
+			ok := pr.Healthy()
 			if needReady {
-				ok = ready
-				if !ready && healthy {
-					report = append(report, "starting or stopping")
+				ok = ok && pr.Ready
+			}
+			if wantsJSON(r) {
+				w.Header().Set("Content-Type", "application/json")
+				if !ok {
+					w.WriteHeader(http.StatusServiceUnavailable)
 				}
+				json.NewEncoder(w).Encode(pr)
+				return
 			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			if !ok {
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}
-			fmt.Fprintln(w, strings.Join(report, "\n"))
+			fmt.Fprintf(w, "status: %s\n", pr.Status)
+			for _, c := range pr.Components {
+				fmt.Fprintln(w, c.line())
+			}
+			if needReady && !pr.Ready {
+				fmt.Fprintln(w, "starting or stopping")
+			}
 		}
 	}
 	mux.HandleFunc("/healthz", health(false))
@@ -162,3 +313,26 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Shutdown stops accepting and waits for in-flight requests.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Collector exports every component's status as the gauge
+// quire_component_status{component} (0 ok, 1 degraded, 2 down), running the
+// reporters on each scrape (each bounded by timeout).
+func (h *Health) Collector(timeout time.Duration) prometheus.Collector {
+	return healthCollector{h: h, timeout: timeout}
+}
+
+var componentStatusDesc = prometheus.NewDesc("quire_component_status",
+	"Each component's health: 0 ok, 1 degraded (works in part, e.g. a read-only bookie), 2 down.", []string{"component"}, nil)
+
+type healthCollector struct {
+	h       *Health
+	timeout time.Duration
+}
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- componentStatusDesc }
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.h.Report(context.Background(), c.timeout).Components {
+		ch <- prometheus.MustNewConstMetric(componentStatusDesc, prometheus.GaugeValue, float64(r.Status), r.Name)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -351,7 +352,16 @@ func (b *Broker) Partition(ctx context.Context, topicName string, partition int3
 	if err != nil {
 		return nil, err
 	}
-	return p, nil
+	qa, stuck := 0, &atomic.Bool{}
+	b.mu.Lock()
+	if l := b.parts[catalog.PartitionName(b.cfg.Namespace, topicName, partition)]; l != nil && l.partition() == p {
+		qa, stuck = l.ackQuorum, &l.stuck
+	}
+	b.mu.Unlock()
+	if qa == 0 {
+		qa = 2 // the default policy's, should the partition have moved meanwhile
+	}
+	return gatedPartition{Partition: p, gate: b.storage, ackQuorum: qa, stuck: stuck, refused: func() { b.produceRefused.Add(1) }}, nil
 }
 
 // InitProducerID implements kafka.Backend: ids come from a cluster-wide

@@ -79,6 +79,10 @@ type Config struct {
 	ProducerIDExpiration       time.Duration
 	KafkaMaxQueuedRequestBytes int64
 	KafkaMaxConnRequestBytes   int64
+	// StorageCheckInterval is how often the bookie registry is read to know
+	// whether produces can be taken (storage.go); default
+	// DefaultStorageCheckInterval.
+	StorageCheckInterval time.Duration
 	// Timeouts bound the broker's own waits; zero fields take defaults.
 	Timeouts   Timeouts
 	Registerer prometheus.Registerer
@@ -171,6 +175,11 @@ type Broker struct {
 
 	readAhead *mlogclient.ReadAheadBudget
 
+	// storage is the gate that refuses produces while the bookies cannot
+	// take writes (storage.go); produceRefused counts the refusals.
+	storage        *storageGate
+	produceRefused atomic.Int64
+
 	// loads counts partitions loaded here; failures those that stopped
 	// serving because their log failed or was fenced (not a release).
 	loads, failures atomic.Int64
@@ -204,6 +213,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg.MaintainInterval = 10 * time.Second
 	}
 	cfg.Timeouts = cfg.Timeouts.withDefaults()
+	if cfg.StorageCheckInterval <= 0 {
+		cfg.StorageCheckInterval = DefaultStorageCheckInterval
+	}
 	if cfg.ReadAheadBudgetBytes <= 0 {
 		cfg.ReadAheadBudgetBytes = DefaultReadAheadBudgetBytes
 	}
@@ -222,7 +234,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	bctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("component", "broker"), admin: catalog.New(cfg.Store),
 		ctx: bctx, cancel: cancel, parts: map[string]*loaded{},
-		readAhead: mlogclient.NewReadAheadBudget(cfg.ReadAheadBudgetBytes)}
+		readAhead: mlogclient.NewReadAheadBudget(cfg.ReadAheadBudgetBytes), storage: newStorageGate()}
 	if err := b.admin.EnsureDefaults(ctx); err != nil {
 		cancel()
 		return nil, fmt.Errorf("server: %w", err)
@@ -273,10 +285,14 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			b.collector = nil
 		}
 	}
-	b.wg.Add(3)
+	b.wg.Add(4)
 	go func() {
 		defer b.wg.Done()
 		b.watchTopics()
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.watchStorage(cfg.StorageCheckInterval)
 	}()
 	go func() {
 		defer b.wg.Done()

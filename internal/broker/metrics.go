@@ -15,6 +15,7 @@ type collector struct {
 	rollovers, rollFailures, trimmed      *prometheus.Desc
 	cacheHits, cacheMisses                *prometheus.Desc
 	loads, failures                       *prometheus.Desc
+	refused, writableBookies              *prometheus.Desc
 	inFlight, queuedTotal, busy           *prometheus.Desc
 	aheadHits, aheadFetched, aheadBytes   *prometheus.Desc
 	aheadBudget                           *prometheus.Desc
@@ -23,30 +24,32 @@ type collector struct {
 func newCollector(b *Broker) *collector {
 	l := []string{"topic"}
 	return &collector{b: b,
-		storage:      prometheus.NewDesc("pulsar_storage_size", "Bytes in every ledger of the topic (partition).", l, nil),
-		ledgers:      prometheus.NewDesc("quire_topic_ledgers", "Ledgers in the topic's ledger list.", l, nil),
-		rollovers:    prometheus.NewDesc("quire_topic_rollovers_total", "Ledger rollovers since the topic was loaded here.", l, nil),
-		rollFailures: prometheus.NewDesc("quire_topic_rollover_failures_total", "Failed ledger rollovers (metadata store trouble); the topic keeps writing to its current ledger.", l, nil),
-		trimmed:      prometheus.NewDesc("quire_topic_trimmed_ledgers_total", "Ledgers deleted by retention since the topic was loaded here.", l, nil),
-		cacheHits:    prometheus.NewDesc("quire_topic_cache_hits_total", "Entries read from the broker's entry cache.", l, nil),
-		cacheMisses:  prometheus.NewDesc("quire_topic_cache_misses_total", "Entries read from the bookies.", l, nil),
-		hw:           prometheus.NewDesc("quire_kafka_partition_high_watermark", "Kafka high watermark (next offset) of a partition served here.", l, nil),
-		logStart:     prometheus.NewDesc("quire_kafka_partition_log_start_offset", "First offset still stored.", l, nil),
-		owned:        prometheus.NewDesc("quire_broker_owned_bundles", "Namespace bundles this broker owns.", nil, nil),
-		inFlight:     prometheus.NewDesc("quire_topic_appends_in_flight", "Appends sent to the current ledger and not yet acknowledged.", l, nil),
-		queuedTotal:  prometheus.NewDesc("quire_topic_appends_queued_total", "Appends that waited in the topic's queue (for a writable ledger, or for room in the ledger writer) before being sent.", l, nil),
-		busy:         prometheus.NewDesc("quire_topic_appends_busy_total", "Appends refused because the topic's queue was full (never written; admitted appends never are).", l, nil),
-		aheadHits:    prometheus.NewDesc("quire_topic_read_ahead_hits_total", "Entries served to a reader behind the tail from the read-ahead (fetched from the bookies before the reader asked).", l, nil),
-		aheadFetched: prometheus.NewDesc("quire_topic_read_ahead_fetched_total", "Entries fetched ahead for readers behind the tail.", l, nil),
-		aheadBytes:   prometheus.NewDesc("quire_topic_read_ahead_bytes", "Bytes the topic's read-ahead holds.", l, nil),
-		aheadBudget:  prometheus.NewDesc("quire_broker_read_ahead_bytes", "Bytes held by the read-ahead of every partition served here (bounded by the broker's read-ahead budget).", nil, nil),
-		loads:        prometheus.NewDesc("quire_broker_partition_loads_total", "Partitions loaded (taken over) by this broker.", nil, nil),
-		failures:     prometheus.NewDesc("quire_broker_partition_failures_total", "Partitions that stopped serving here because their log failed or was fenced by a new owner.", nil, nil),
+		storage:         prometheus.NewDesc("pulsar_storage_size", "Bytes in every ledger of the topic (partition).", l, nil),
+		ledgers:         prometheus.NewDesc("quire_topic_ledgers", "Ledgers in the topic's ledger list.", l, nil),
+		rollovers:       prometheus.NewDesc("quire_topic_rollovers_total", "Ledger rollovers since the topic was loaded here.", l, nil),
+		rollFailures:    prometheus.NewDesc("quire_topic_rollover_failures_total", "Failed ledger rollovers (metadata store trouble); the topic keeps writing to its current ledger.", l, nil),
+		trimmed:         prometheus.NewDesc("quire_topic_trimmed_ledgers_total", "Ledgers deleted by retention since the topic was loaded here.", l, nil),
+		cacheHits:       prometheus.NewDesc("quire_topic_cache_hits_total", "Entries read from the broker's entry cache.", l, nil),
+		cacheMisses:     prometheus.NewDesc("quire_topic_cache_misses_total", "Entries read from the bookies.", l, nil),
+		hw:              prometheus.NewDesc("quire_kafka_partition_high_watermark", "Kafka high watermark (next offset) of a partition served here.", l, nil),
+		logStart:        prometheus.NewDesc("quire_kafka_partition_log_start_offset", "First offset still stored.", l, nil),
+		owned:           prometheus.NewDesc("quire_broker_owned_bundles", "Namespace bundles this broker owns.", nil, nil),
+		inFlight:        prometheus.NewDesc("quire_topic_appends_in_flight", "Appends sent to the current ledger and not yet acknowledged.", l, nil),
+		queuedTotal:     prometheus.NewDesc("quire_topic_appends_queued_total", "Appends that waited in the topic's queue (for a writable ledger, or for room in the ledger writer) before being sent.", l, nil),
+		busy:            prometheus.NewDesc("quire_topic_appends_busy_total", "Appends refused because the topic's queue was full (never written; admitted appends never are).", l, nil),
+		aheadHits:       prometheus.NewDesc("quire_topic_read_ahead_hits_total", "Entries served to a reader behind the tail from the read-ahead (fetched from the bookies before the reader asked).", l, nil),
+		aheadFetched:    prometheus.NewDesc("quire_topic_read_ahead_fetched_total", "Entries fetched ahead for readers behind the tail.", l, nil),
+		aheadBytes:      prometheus.NewDesc("quire_topic_read_ahead_bytes", "Bytes the topic's read-ahead holds.", l, nil),
+		aheadBudget:     prometheus.NewDesc("quire_broker_read_ahead_bytes", "Bytes held by the read-ahead of every partition served here (bounded by the broker's read-ahead budget).", nil, nil),
+		loads:           prometheus.NewDesc("quire_broker_partition_loads_total", "Partitions loaded (taken over) by this broker.", nil, nil),
+		refused:         prometheus.NewDesc("quire_broker_produce_refused_total", "Produced batches answered NOT_ENOUGH_REPLICAS because too few bookies were writable (disks full).", nil, nil),
+		writableBookies: prometheus.NewDesc("quire_broker_writable_bookies", "Registered bookies that take writes, as the broker last read the registry.", nil, nil),
+		failures:        prometheus.NewDesc("quire_broker_partition_failures_total", "Partitions that stopped serving here because their log failed or was fenced by a new owner.", nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadBytes, c.aheadBudget} {
+	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadBytes, c.aheadBudget, c.refused, c.writableBookies} {
 		ch <- d
 	}
 }
@@ -56,6 +59,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.aheadBudget, prometheus.GaugeValue, float64(c.b.readAhead.InUse()))
 	ch <- prometheus.MustNewConstMetric(c.loads, prometheus.CounterValue, float64(c.b.loads.Load()))
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(c.b.failures.Load()))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.b.produceRefused.Load()))
+	ch <- prometheus.MustNewConstMetric(c.writableBookies, prometheus.GaugeValue, float64(c.b.storage.writable()))
 	c.b.mu.Lock()
 	var ls []*loaded
 	for _, l := range c.b.parts {

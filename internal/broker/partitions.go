@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -24,6 +25,12 @@ type loaded struct {
 	p      *partition.Partition
 	ml     *mlogclient.ManagedLedger
 	err    error
+	// ackQuorum is the namespace policy's Qa when the partition was loaded:
+	// what the storage gate compares the writable bookies with.
+	ackQuorum int
+	// stuck: appends were answered while still waiting for full bookies;
+	// the partition is reloaded once they are writable (reloadStuck).
+	stuck atomic.Bool
 }
 
 func (l *loaded) partition() *partition.Partition {
@@ -167,7 +174,7 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 		b.forget(l)
 		return
 	}
-	l.p, l.ml = p, t
+	l.p, l.ml, l.ackQuorum = p, t, pol.Persistence.AckQuorum
 	b.loads.Add(1)
 	b.log.Info("partition loaded", "partition", l.name, "hw", p.HighWatermark(), "took", time.Since(start).Round(time.Millisecond))
 	// Released while loading? Then close it now.
