@@ -27,6 +27,8 @@ seed, with safety checkers after every step. A failing seed replays exactly with
 	}
 	cmd.AddCommand(newSimLedgerCommand())
 	cmd.AddCommand(newSimTopicCommand())
+	cmd.AddCommand(newSimISRCommand())
+	cmd.AddCommand(newSimScenarioCommand())
 	return cmd
 }
 

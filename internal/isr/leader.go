@@ -18,6 +18,9 @@ func (r *Replica) Fetch(req FetchRequest, now time.Time) {
 	if invariants.Enabled {
 		defer r.checkInvariants()
 	}
+	// A follower whose next fetch fell due while time moved through
+	// another input sends it now (runs before the invariant check).
+	defer r.maybeFetch()
 	resp := r.fetch(req)
 	resp.ID, resp.Partition, resp.From, resp.ReplicaID, resp.Client = req.ID, r.cfg.Partition, r.cfg.Broker, req.ReplicaID, req.Client
 	resp.LeaderEpoch, resp.HighWatermark, resp.LogEndOffset = r.LeaderEpoch(), r.hw, r.log.EndOffset()

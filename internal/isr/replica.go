@@ -239,6 +239,9 @@ func (r *Replica) SetBrokerEpoch(epoch int64, now time.Time) {
 	if invariants.Enabled {
 		defer r.checkInvariants()
 	}
+	// A follower whose next fetch fell due while time moved through
+	// another input sends it now (runs before the invariant check).
+	defer r.maybeFetch()
 	r.cfg.BrokerEpoch = epoch
 }
 
@@ -396,6 +399,9 @@ func (r *Replica) Produce(req ProduceRequest, now time.Time) {
 	if invariants.Enabled {
 		defer r.checkInvariants()
 	}
+	// A follower whose next fetch fell due while time moved through
+	// another input sends it now (runs before the invariant check).
+	defer r.maybeFetch()
 	switch {
 	case req.Partition != r.cfg.Partition:
 		r.answerProduce(req, -1, ErrUnknownPartition)
@@ -489,6 +495,9 @@ func (r *Replica) Flush(now time.Time) {
 	if invariants.Enabled {
 		defer r.checkInvariants()
 	}
+	// A follower whose next fetch fell due while time moved through
+	// another input sends it now (runs before the invariant check).
+	defer r.maybeFetch()
 	r.flush()
 }
 
