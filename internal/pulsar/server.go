@@ -1,0 +1,341 @@
+// Package pulsar is Quire's Pulsar binary-protocol front end: it reads
+// frames (frame.go), answers commands, and dispatches each subscription's
+// messages to its consumers; the topics themselves (entries, cursors,
+// ownership) live behind Backend (backend.go). It must never own durable
+// state: what a producer sent and what a subscription acknowledged is the
+// Backend's; what is here (who was sent what, permits, redelivery counts)
+// is rebuilt when clients reconnect.
+//
+// Each connection has a reader and a writer goroutine. The reader decodes
+// a frame and handles its command in order; anything it answers goes on the
+// connection's outbound queue, bounded in frames, and a full queue stops
+// the reader (so TCP pushes back on the client). SEND hands the entry to
+// Topic.Append and takes one of the connection's pending-send slots, given
+// back when the receipt is written: at the bound the reader stops reading.
+// Receipts are answered in each producer's send order. Each subscription
+// with consumers has a dispatcher goroutine (dispatch.go) that reads
+// entries and pushes MESSAGE frames onto its consumers' queues within their
+// permits. The writer also keeps the connection alive: it pings a quiet
+// client and closes one that does not answer within a keep-alive interval.
+//
+// Commands and their deviations from Apache Pulsar are listed in the header
+// of the file that serves them (connect.go, producer.go, consumer.go).
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero values of Config's limits.
+const (
+	DefaultMaxConnections    = 10_000
+	DefaultOutboundFrames    = 256
+	DefaultMaxPendingSends   = 1_000
+	DefaultKeepAliveInterval = 30 * time.Second
+	// DefaultMaxUnackedPerConsumer is Pulsar's
+	// maxUnackedMessagesPerConsumer default.
+	DefaultMaxUnackedPerConsumer = 50_000
+	// DefaultDispatchBatch is how many entries a dispatcher reads at once.
+	DefaultDispatchBatch = 100
+	// ServerVersion is what CONNECTED names this broker.
+	ServerVersion = "quire"
+	// maxProtocolVersion is the highest protocol version this front end
+	// speaks (v20, the last in PulsarApi.proto of pulsar-client-go v0.21.0).
+	maxProtocolVersion = 20
+)
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("pulsar: server closed")
+
+// Config configures a Server.
+type Config struct {
+	Backend Backend
+	// Addr is where ListenAndServe listens (host:port).
+	Addr string
+	// AdvertisedURL is this broker's service URL in LOOKUP answers
+	// (pulsar://host:port); empty: pulsar:// and the listener's address.
+	AdvertisedURL string
+	Logger        *slog.Logger // nil: slog.Default()
+	// MaxMessageSize bounds one entry (a batch); advertised in CONNECTED.
+	// A frame may be up to 10 KiB larger (the command and headers); a larger
+	// size prefix closes the connection.
+	MaxMessageSize int
+	// MaxConnections bounds open connections; more are closed at accept.
+	MaxConnections int
+	// OutboundFrames bounds the frames queued for one connection's writer:
+	// the reader and dispatchers wait at the bound. Memory per connection is
+	// at most OutboundFrames × the frame limit.
+	OutboundFrames int
+	// MaxPendingSends bounds the SENDs of one connection appended but not
+	// yet answered; the reader stops reading at the bound.
+	MaxPendingSends int
+	// KeepAliveInterval: the broker pings a client that was quiet this
+	// long and closes the connection when the next interval passes without
+	// a frame from it.
+	KeepAliveInterval time.Duration
+	// MaxUnackedPerConsumer bounds the messages delivered to one consumer
+	// and not yet acknowledged: at the bound it gets nothing more until it
+	// acknowledges. It also bounds the delivery state kept per consumer.
+	MaxUnackedPerConsumer int
+}
+
+// Server serves the Pulsar protocol from a Backend.
+type Server struct {
+	backend         Backend
+	log             *slog.Logger
+	maxMessageSize  int
+	maxFrameBytes   int
+	maxConnections  int
+	outboundFrames  int
+	maxPendingSends int
+	keepAlive       time.Duration
+	// maxUnackedPerConsumer: see Config.MaxUnackedPerConsumer.
+	maxUnackedPerConsumer int
+	addr                  string
+	advertisedURL         atomic.Value // string
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+
+	// producerNames numbers the names generated for producers that bring
+	// none.
+	producerNames atomic.Uint64
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	wg        sync.WaitGroup // Serve loops, connections, dispatchers
+
+	// topicsMu guards topics; a topic's own state has its own lock, taken
+	// after topicsMu when both are held.
+	topicsMu sync.Mutex
+	topics   map[string]*topicState
+}
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("pulsar: Config.Backend is nil")
+	}
+	s := &Server{
+		backend:         cfg.Backend,
+		log:             cfg.Logger,
+		maxMessageSize:  cfg.MaxMessageSize,
+		maxConnections:  cfg.MaxConnections,
+		outboundFrames:  cfg.OutboundFrames,
+		maxPendingSends: cfg.MaxPendingSends,
+		keepAlive:       cfg.KeepAliveInterval,
+		addr:            cfg.Addr,
+		listeners:       make(map[net.Listener]struct{}),
+		conns:           make(map[*conn]struct{}),
+		topics:          make(map[string]*topicState),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("component", "pulsar")
+	if s.maxMessageSize <= 0 {
+		s.maxMessageSize = DefaultMaxMessageSize
+	}
+	s.maxFrameBytes = s.maxMessageSize + framePadding
+	if s.maxConnections <= 0 {
+		s.maxConnections = DefaultMaxConnections
+	}
+	if s.outboundFrames <= 0 {
+		s.outboundFrames = DefaultOutboundFrames
+	}
+	if s.maxPendingSends <= 0 {
+		s.maxPendingSends = DefaultMaxPendingSends
+	}
+	if s.keepAlive <= 0 {
+		s.keepAlive = DefaultKeepAliveInterval
+	}
+	s.maxUnackedPerConsumer = cfg.MaxUnackedPerConsumer
+	if s.maxUnackedPerConsumer <= 0 {
+		s.maxUnackedPerConsumer = DefaultMaxUnackedPerConsumer
+	}
+	s.advertisedURL.Store(cfg.AdvertisedURL)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// URL is the service URL this broker answers LOOKUPs with.
+func (s *Server) URL() string { return s.advertisedURL.Load().(string) }
+
+// ListenAndServe listens on Config.Addr and serves until Close.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("pulsar: listen %s: %w", s.addr, err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts connections on ln until Close (then it returns
+// ErrServerClosed) or until ln fails. It closes ln.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.wg.Add(1)
+	if s.URL() == "" {
+		s.advertisedURL.Store("pulsar://" + ln.Addr().String())
+	}
+	s.mu.Unlock()
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Temporary accept failures (EMFILE and friends): back off
+				// rather than spin, as net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-s.ctx.Done():
+				}
+				continue
+			}
+			return fmt.Errorf("pulsar: accept: %w", err)
+		}
+		backoff = 0
+		s.startConn(nc)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *Server) startConn(nc net.Conn) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if len(s.conns) >= s.maxConnections {
+		s.mu.Unlock()
+		s.log.Warn("too many connections; closing new one", "remote", nc.RemoteAddr(), "max", s.maxConnections)
+		nc.Close()
+		return
+	}
+	c := newConn(s, nc)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+}
+
+// Close stops accepting, closes every connection and waits for every
+// goroutine to end.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	for _, c := range conns {
+		c.abort()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// goDispatch runs f on a goroutine Close waits for, unless closing.
+func (s *Server) goDispatch(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// topicState is what the front end keeps of one topic: its producers and
+// the delivery state of its subscriptions.
+type topicState struct {
+	name  string
+	topic Topic
+
+	mu        sync.Mutex
+	producers map[string]*producer // by producer name
+	subs      map[string]*subscription
+}
+
+// topicState returns the state of a topic, opening it through the Backend
+// the first time. The map keeps a topic for the server's life (a later
+// slice drops topics the Backend stops serving).
+func (s *Server) topicState(ctx context.Context, name string, create bool) (*topicState, error) {
+	s.topicsMu.Lock()
+	ts := s.topics[name]
+	s.topicsMu.Unlock()
+	if ts != nil {
+		return ts, nil
+	}
+	t, err := s.backend.Topic(ctx, name, create)
+	if err != nil {
+		return nil, err
+	}
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
+	if ts := s.topics[name]; ts != nil {
+		return ts, nil
+	}
+	ts = &topicState{
+		name:      name,
+		topic:     t,
+		producers: make(map[string]*producer),
+		subs:      make(map[string]*subscription),
+	}
+	s.topics[name] = ts
+	return ts, nil
+}
