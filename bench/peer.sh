@@ -54,6 +54,11 @@
 #   SINGLE [0; 1 adds the single-partition catch-up]  RECORDS_SINGLE [200000]
 #   WORK [a new /tmp/quire-peer.XXXXXX; removed at exit unless KEEP=1]
 #   QUIRE_BIN [built from ./cmd/quire into WORK]  QUIRE_ARGS [extra standalone flags]
+#   QUIRE_BROKERS [1; N > 1 adds N-1 `quire broker` processes beside the standalone,
+#   on the same etcd and bookies, so that the partitions' bundles spread over N
+#   brokers as Kafka's partitions spread over its nodes: a Kafka client keeps one
+#   fetch in flight per broker, so a consumer's catch-up gets N pipelines. Their
+#   Kafka ports are QUIRE_PORT_BASE+10+i, HTTP +20+i; all restart together]
 #   KAFKA_PORT_BASE [19092]  QUIRE_PORT_BASE [19190: Kafka port; +1 HTTP,
 #   +2/+3 etcd, +4..+6 bookies]
 #   PRODUCE_ARGS [extra `perf produce` flags for every configuration; in the read
@@ -94,10 +99,22 @@ work=$(cd "$work" && pwd)
 kafka_dirs=()
 bootstrap=""
 quire_pid=""
+quire_brokers=${QUIRE_BROKERS:-1}
+extra_pids=()
 bg_pids=() # processes started in the background by bg_start, not yet waited for
 
 # stop_quire: SIGTERM, up to 10 s, then SIGKILL.
 stop_quire() {
+	local p
+	for p in "${extra_pids[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${extra_pids[@]}"; do
+		for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null
+	done
+	extra_pids=()
 	if [[ -n $quire_pid ]] && kill -0 "$quire_pid" 2>/dev/null; then
 		kill -TERM "$quire_pid" 2>/dev/null
 		for _ in $(seq 100); do kill -0 "$quire_pid" 2>/dev/null || break; sleep 0.1; done
@@ -237,6 +254,7 @@ label[kafka1]="Kafka 1 node, RF 1, acks=all (1 copy)"
 label[kafka3]="Kafka 3 nodes, RF 3, minISR 2, acks=all"
 label[kafka3-flush]="Kafka 3 nodes, RF 3, minISR 2, acks=all, flush.messages=1"
 label[quire]="Quire standalone, E3 Qw3 Qa2, acks=all"
+((quire_brokers > 1)) && label[quire]="Quire $quire_brokers brokers + 3 bookies, E3 Qw3 Qa2, acks=all"
 
 # produce NAME BROKERS [perf produce flags...]: runs the workload; on success
 # result[NAME] holds "records_s mb_s p50_ms p99_ms errors".
@@ -299,11 +317,13 @@ start_quire() {
 	local dir=$work/quire-data kafka=127.0.0.1:$quire_port_base p=$quire_port_base
 	mkdir -p "$dir"
 	log "quire: starting standalone (Kafka on $kafka)"
+	local handoff=()
+	((quire_brokers > 1)) && handoff=(--bundle-handoff-after 1s)
 	# shellcheck disable=SC2086 # QUIRE_ARGS is a list of flags
 	"$quire" standalone --data-dir "$dir" --kafka-addr "$kafka" --http-addr "127.0.0.1:$((p + 1))" \
 		--meta-client-addr "127.0.0.1:$((p + 2))" --meta-peer-addr "127.0.0.1:$((p + 3))" \
 		--bookie-addrs "127.0.0.1:$((p + 4)),127.0.0.1:$((p + 5)),127.0.0.1:$((p + 6))" \
-		${QUIRE_ARGS:-} >>"$work/quire-standalone.log" 2>&1 &
+		"${handoff[@]}" ${QUIRE_ARGS:-} >>"$work/quire-standalone.log" 2>&1 &
 	quire_pid=$!
 	local deadline=$((SECONDS + 60))
 	while ((SECONDS < deadline)); do
@@ -321,6 +341,31 @@ start_quire() {
 		reason[quire]="not serving Kafka on $kafka within 60 s"
 		return 1
 	fi
+	start_extra_brokers
+}
+
+# start_extra_brokers: the QUIRE_BROKERS-1 `quire broker` processes beside
+# the standalone, waited for until each answers /readyz (its bundles then
+# move to it within --bundle-handoff-after).
+start_extra_brokers() {
+	local p=$quire_port_base i pid
+	for ((i = 2; i <= quire_brokers; i++)); do
+		"$quire" broker --meta-endpoints "127.0.0.1:$((p + 2))" --kafka-addr "127.0.0.1:$((p + 10 + i))" \
+			--http-addr "127.0.0.1:$((p + 20 + i))" --bundle-handoff-after 1s \
+			>>"$work/quire-broker-$i.log" 2>&1 &
+		extra_pids+=($!)
+	done
+	for ((i = 2; i <= quire_brokers; i++)); do
+		pid=${extra_pids[i - 2]}
+		local deadline=$((SECONDS + 60))
+		until curl -sf "127.0.0.1:$((p + 20 + i))/readyz" >/dev/null 2>&1; do
+			if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+				reason[quire]="broker $i not ready: $(tail -1 "$work/quire-broker-$i.log" | cut -c1-120)"
+				return 1
+			fi
+			sleep 0.2
+		done
+	done
 }
 
 run_quire() {
@@ -343,6 +388,7 @@ rlabel[kafka1]="Kafka 1 node, RF 1"
 rlabel[kafka3]="Kafka 3 nodes, RF 3"
 rlabel[kafka3-flush]="Kafka 3 nodes, RF 3, flush.messages=1"
 rlabel[quire]="Quire standalone, E3 Qw3 Qa2"
+((quire_brokers > 1)) && rlabel[quire]="Quire $quire_brokers brokers + 3 bookies"
 caches_dropped=yes # until the machine refuses once
 read_failed=0
 
