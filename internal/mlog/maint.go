@@ -55,7 +55,9 @@ func (t *ManagedLedger) tryRollCAS() {
 		return
 	}
 	proposal := slices.Clone(t.list.infos)
-	proposal[len(proposal)-1].Closed = t.now
+	if t.current != 0 { // else every ledger on the list is closed already
+		proposal[len(proposal)-1].Closed = t.now
+	}
 	proposal = append(proposal, LedgerInfo{ID: t.roll.spare, Created: t.now})
 	t.roll.casing = true
 	t.casRecord(pendingMeta{purpose: metaRecordRoll, proposal: proposal}, proposal)
@@ -77,11 +79,17 @@ func (t *ManagedLedger) onRollRecorded(proposal []LedgerInfo, res MetaResult) {
 	// No append was answered since the CAS was built (the roll drained them
 	// and queued the rest), so the proposal is the list.
 	t.list.infos = proposal
-	t.current = p.spare
+	t.current, t.noLedger = p.spare, nil
 	t.roll = rollState{}
 	t.stats.Rollovers++
-	t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerClose, Ledger: old})
-	t.event(EventRolledOver, "", nil, fmt.Sprintf("ledger %d -> %d", old, t.current))
+	if old != 0 {
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerClose, Ledger: old})
+	}
+	if old == 0 {
+		t.event(EventRolledOver, "", nil, fmt.Sprintf("ledger %d, writable again", t.current))
+	} else {
+		t.event(EventRolledOver, "", nil, fmt.Sprintf("ledger %d -> %d", old, t.current))
+	}
 	t.flushQueue()
 }
 
@@ -93,6 +101,9 @@ func (t *ManagedLedger) rolloverFailed(err error) {
 	t.stats.LastRolloverError = err.Error()
 	t.roll.active = false
 	t.roll.retryAt = t.now.Add(t.cfg.RetryInterval)
+	if t.current == 0 {
+		t.noLedger = fmt.Errorf("%w: %v", ErrNoWritableLedger, err)
+	}
 	t.event(EventRolloverFailed, "", err, "")
 	t.flushQueue()
 }
@@ -521,7 +532,11 @@ func (t *ManagedLedger) tryFinishClose() {
 	}
 	if t.inflight == 0 && !t.closing.ledgerClosing {
 		t.closing.ledgerClosing = true
-		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerClose, Ledger: t.current})
+		if t.current != 0 {
+			t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerClose, Ledger: t.current})
+		} else {
+			t.closing.ledgerClosed = true
+		}
 	}
 	for _, cs := range t.cursors {
 		if cs.persisting {

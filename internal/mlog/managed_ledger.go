@@ -65,6 +65,10 @@ type ManagedLedger struct {
 	openLedger  int64
 
 	current int64 // the ledger appends go to; 0 before Open finishes
+	// noLedger is why an open topic has no current ledger (current is 0):
+	// creating one failed at takeover or since. Appends fail with it at
+	// once, and afterWrite retries the creation every RetryInterval.
+	noLedger error
 	// inflight: appends sent to current and not yet answered. Invariant:
 	// inflight <= cfg.MaxWriterInFlight, so the ledger writer never refuses
 	// one for being over its own bound.
@@ -244,6 +248,14 @@ func (t *ManagedLedger) Append(token uint64, payload []byte, now time.Time) {
 // writer has MaxWriterInFlight appends already, queues it (bounded: a full
 // queue answers ErrBusy, which fails nothing else).
 func (t *ManagedLedger) enqueue(q queuedAppend) {
+	if t.phase == phaseOpen && t.current == 0 && !t.roll.active {
+		if t.now.Before(t.roll.retryAt) {
+			t.stats.NoLedgerRejected++
+			t.ackErr(q.token, t.noLedger)
+			return
+		}
+		t.startRoll() // q waits in the queue for the ledger
+	}
 	if t.phase == phaseOpen && !t.roll.active && len(t.queue) == 0 && t.inflight < t.cfg.MaxWriterInFlight {
 		t.sendAppend(q)
 		return
@@ -267,6 +279,16 @@ func (t *ManagedLedger) sendAppend(q queuedAppend) {
 // writable and the writer has room for them.
 func (t *ManagedLedger) flushQueue() {
 	if t.phase != phaseOpen || t.roll.active {
+		return
+	}
+	if t.current == 0 {
+		// Creating a ledger failed: answer the waiting appends now rather
+		// than at their producers' timeouts.
+		for _, q := range t.queue {
+			t.stats.NoLedgerRejected++
+			t.ackErr(q.token, t.noLedger)
+		}
+		t.queue = nil
 		return
 	}
 	n := max(0, min(len(t.queue), t.cfg.MaxWriterInFlight-t.inflight))
@@ -389,7 +411,7 @@ func (t *ManagedLedger) onAppended(p pendingLedger, res LedgerResult) {
 
 // afterWrite moves a rollover or a close on once in-flight appends drained.
 func (t *ManagedLedger) afterWrite() {
-	if t.phase == phaseOpen && !t.roll.active && (t.roll.force || t.cfg.Rollover.ShouldRoll(t.currentInfo(), t.now)) &&
+	if t.phase == phaseOpen && !t.roll.active && (t.roll.force || t.current == 0 || t.cfg.Rollover.ShouldRoll(t.currentInfo(), t.now)) &&
 		!t.now.Before(t.roll.retryAt) {
 		t.startRoll()
 	}
@@ -417,7 +439,15 @@ func (t *ManagedLedger) createLedger(next phase) {
 func (t *ManagedLedger) onCreated(res LedgerResult) {
 	if t.phase == phaseCreating {
 		if res.Err != nil {
-			t.fail(fmt.Errorf("open topic %s: create ledger: %w", t.cfg.Name, res.Err))
+			// No ledger can be created now (too few writable bookies:
+			// their disks are full). Take the topic over all the same, so
+			// that its entries stay readable: the CAS of the list, every
+			// ledger on it closed, fences the previous owner as the CAS
+			// of a new ledger would. Creating one is retried; appends
+			// fail fast until then.
+			t.noLedger = fmt.Errorf("%w: %v", ErrNoWritableLedger, res.Err)
+			t.phase = phaseRegistering
+			t.casRecord(pendingMeta{purpose: metaRecordOpen}, t.list.infos)
 			return
 		}
 		t.openLedger = res.Ledger
@@ -493,7 +523,7 @@ func (t *ManagedLedger) StepMeta(res MetaResult, now time.Time) {
 	}
 	lostRace := isLostRace(res.Err)
 	if lostRace && p.purpose >= metaRecordOpen {
-		if p.purpose == metaRecordOpen {
+		if p.purpose == metaRecordOpen && t.openLedger != 0 {
 			// Nobody will ever write the ledger we created: delete it.
 			t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: t.openLedger})
 		}
@@ -533,7 +563,12 @@ func (t *ManagedLedger) StepMeta(res MetaResult, now time.Time) {
 		for _, cs := range t.cursors {
 			cs.dirty, cs.lastPersist = true, time.Time{}
 		}
-		t.event(EventOpened, "", nil, fmt.Sprintf("ledger %d", t.current))
+		if t.current == 0 {
+			t.roll.retryAt = t.now.Add(t.cfg.RetryInterval)
+			t.event(EventOpened, "", t.noLedger, "without a writable ledger")
+		} else {
+			t.event(EventOpened, "", nil, fmt.Sprintf("ledger %d", t.current))
+		}
 		t.flushQueue()
 	case metaRecordRoll, metaRecordTrim, metaRecordSync:
 		t.afterRecordWrite(p, res)
@@ -856,9 +891,13 @@ func (t *ManagedLedger) checkLedgerList() {
 	switch {
 	case t.phase < phaseOpen && t.current != 0:
 		t.violated("no current ledger before the list names ours: current %d in phase %s", t.current, t.phase)
-	case (t.phase == phaseOpen || t.phase == phaseClosing) && t.current == 0:
-		t.violated("an open topic has a current ledger: phase %s", t.phase)
-	case t.phase == phaseOpen && !infos[len(infos)-1].Closed.IsZero():
+	case (t.phase == phaseOpen || t.phase == phaseClosing) && t.current == 0 && t.noLedger == nil:
+		t.violated("an open topic has a current ledger, or the reason it has none: phase %s", t.phase)
+	case t.current == 0 && t.phase == phaseOpen && len(infos) > 0 && infos[len(infos)-1].Closed.IsZero():
+		t.violated("an open topic without a current ledger has every ledger closed: ledger %d is open", infos[len(infos)-1].ID)
+	case t.current != 0 && t.noLedger != nil:
+		t.violated("a topic with a current ledger (%d) has no reason to be without one: %v", t.current, t.noLedger)
+	case t.phase == phaseOpen && t.current != 0 && !infos[len(infos)-1].Closed.IsZero():
 		t.violated("the current ledger is open: ledger %d closed at %s", t.current, infos[len(infos)-1].Closed)
 	}
 	for id := range t.times {

@@ -26,6 +26,11 @@ var (
 	ErrBusy = errors.New("mlog: busy: too many appends queued")
 	// ErrTooManyQueued is ErrBusy's former name.
 	ErrTooManyQueued = ErrBusy
+	// ErrNoWritableLedger: the topic has no ledger to append to, because
+	// creating one failed (typically: too few writable bookies, their disks
+	// full). Retriable: the topic keeps trying to create one and takes
+	// appends again once it has.
+	ErrNoWritableLedger = errors.New("mlog: no writable ledger")
 	// ErrNoSuchEntry: an acknowledgement for a position that holds no entry.
 	ErrNoSuchEntry = errors.New("mlog: no such entry")
 	// ErrNoSuchCursor: an acknowledgement on an unknown cursor.
@@ -342,6 +347,8 @@ type Stats struct {
 	// BusyRejected those refused with ErrBusy because it was full.
 	AppendsQueuedTotal int64
 	BusyRejected       int64
+	// NoLedgerRejected counts appends refused with ErrNoWritableLedger.
+	NoLedgerRejected int64
 
 	HeldAppends       int
 	QuotaRejected     int64

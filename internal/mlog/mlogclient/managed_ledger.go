@@ -283,7 +283,11 @@ func (t *ManagedLedger) onEvent(ev mlog.Event) {
 	switch ev.Kind {
 	case mlog.EventOpened:
 		t.settleOpen(nil)
-		t.log.Info("topic opened", "detail", ev.Detail)
+		if ev.Err != nil {
+			t.log.Warn("topic opened read-only: appends are refused until a ledger can be created", "err", ev.Err)
+		} else {
+			t.log.Info("topic opened", "detail", ev.Detail)
+		}
 	case mlog.EventFenced, mlog.EventFailed, mlog.EventRolloverFailed:
 		t.settleOpen(ev.Err)
 		t.log.Warn("topic event", "kind", ev.Kind, "err", ev.Err)
