@@ -510,7 +510,7 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 		return res, nil
 	}
 	pos, found := p.locateIndexed(offset)
-	avg := max(p.avgSize, 64)
+	avg := p.avgSize
 	p.mu.Unlock()
 	if !found {
 		var err error
@@ -518,11 +518,18 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 			return res, p.readErr(ctx, pos, err)
 		}
 	}
-	n := int(min(max(int64(maxBytes)/avg+1, 1), 1024))
 	var total int32
 	var lastBatch Batch
 	var lastPos Pos
 	for total < maxBytes || total == 0 {
+		// As many entries as the bytes still wanted hold at the average
+		// entry size; a few when it is not known yet (nothing appended
+		// since the partition was loaded): every entry asked for that is in
+		// no cache is read from the bookies, wanted or not.
+		n := unknownSizeEntries
+		if avg > 0 {
+			n = int(min(max(int64(maxBytes-total)/max(avg, 64)+1, 1), 1024))
+		}
 		es, err := p.cfg.Log.Read(ctx, pos, n)
 		if err != nil {
 			if total > 0 {
@@ -538,6 +545,14 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 		need := 0
 		for _, e := range es {
 			need += len(e.Payload)
+		}
+		if avg == 0 {
+			avg = int64(need / len(es))
+			p.mu.Lock()
+			if p.avgSize == 0 {
+				p.avgSize = avg
+			}
+			p.mu.Unlock()
 		}
 		res.Records = slices.Grow(res.Records, min(need, max(int(maxBytes-total), len(es[0].Payload))))
 		full := false
@@ -581,6 +596,10 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 	}
 	return res, nil
 }
+
+// unknownSizeEntries is how many entries a read asks for before the
+// partition knows how large its entries are.
+const unknownSizeEntries = 8
 
 // locateIndexed finds the entry holding offset from the in-memory index or
 // the hints of sequential readers; mu held.

@@ -463,6 +463,14 @@ func (c *Client) Recover(ctx context.Context, id int64) (ledger.Metadata, error)
 // only when the ledger names a bookie the cache does not know, or once when
 // a read fails (a bookie may have come back on another address).
 func (c *Client) Read(ctx context.Context, md ledger.Metadata, first, last int64) ([][]byte, error) {
+	return c.ReadStream(ctx, md, first, last, nil)
+}
+
+// ReadStream is Read that also hands the payloads over as they arrive: each
+// call of delivered (if not nil) gets the next ones in entry order, the
+// first of them entry first+(how many earlier calls got), while the ranges
+// after them are still being read. It returns every payload read, as Read.
+func (c *Client) ReadStream(ctx context.Context, md ledger.Metadata, first, last int64, delivered func([][]byte)) ([][]byte, error) {
 	if first > last {
 		return nil, nil
 	}
@@ -471,19 +479,20 @@ func (c *Client) Read(ctx context.Context, md ledger.Metadata, first, last int64
 			return nil, err
 		}
 	}
-	out, err := c.read(ctx, md, first, last, make([][]byte, 0, last-first+1))
+	out, err := c.read(ctx, md, first, last, make([][]byte, 0, last-first+1), delivered)
 	if err != nil && ctx.Err() == nil {
 		next := first + int64(len(out))
 		if _, rerr := c.RefreshCluster(ctx); rerr == nil {
-			out, err = c.read(ctx, md, next, last, out)
+			out, err = c.read(ctx, md, next, last, out, delivered)
 		}
 	}
 	return out, err
 }
 
 // read runs one reader core over first..last, appending the payloads to out
-// until the first entry it cannot read.
-func (c *Client) read(ctx context.Context, md ledger.Metadata, first, last int64, out [][]byte) ([][]byte, error) {
+// (and handing each run of them to delivered) until the first entry it
+// cannot read.
+func (c *Client) read(ctx context.Context, md ledger.Metadata, first, last int64, out [][]byte, delivered func([][]byte)) ([][]byte, error) {
 	core := ledger.NewReader(ledger.ReaderConfig{Metadata: md, TimeoutTicks: c.cfg.RequestTimeoutTicks,
 		MaxRangesInFlight: c.cfg.ReadRangesInFlight, MaxRangeEntries: c.cfg.ReadRangeEntries, MaxRangeBytes: c.cfg.ReadRangeBytes}, first, last)
 	var (
@@ -499,13 +508,20 @@ func (c *Client) read(ctx context.Context, md ledger.Metadata, first, last int64
 		for _, req := range reqs {
 			c.send(req, func(resp ledger.Response) { l.Complete(func() { core.Step(resp) }) })
 		}
+		had := len(out)
 		for _, r := range results {
 			if r.Err != nil {
 				finished, err = true, r.Err
-				l.Stop()
-				return
+				break
 			}
 			out = append(out, r.Payload)
+		}
+		if delivered != nil && len(out) > had {
+			delivered(out[had:len(out):len(out)])
+		}
+		if finished {
+			l.Stop()
+			return
 		}
 		if core.Done() {
 			finished = true

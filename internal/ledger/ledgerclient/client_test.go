@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"quire/internal/bookie/wire"
 	"sync"
 	"testing"
 	"time"
+
+	"quire/internal/bookie/wire"
 
 	"quire/internal/bookie"
 	"quire/internal/bookie/client"

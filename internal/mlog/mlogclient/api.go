@@ -129,7 +129,7 @@ func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries
 				p := mlog.Position{LedgerID: span.Ledger, EntryID: e}
 				payload, ok := t.cache.get(p)
 				if !ok && t.readAhead != nil {
-					if payload, ok = t.readAhead.take(p); ok {
+					if payload, ok = t.readAhead.get(p); ok {
 						aheadHits++
 					}
 				}
@@ -152,15 +152,10 @@ func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries
 	}
 	var missed int64
 	if t.readAhead != nil && len(misses) > 0 {
-		// The reader has overtaken its read-ahead: wait for the fetch that
-		// is reading its first miss, and take what it brought.
-		if done, ok := t.readAhead.inFlight(out[misses[0].index].Pos); ok {
-			select {
-			case <-done:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			misses = t.takeFetched(out, nil, misses, &aheadHits)
+		// The reader has overtaken its read-ahead: take what the fetch
+		// reading its first miss brings, as it lands.
+		if misses, err = t.awaitFetched(ctx, out, misses, &aheadHits); err != nil {
+			return nil, err
 		}
 	}
 	for _, m := range misses {

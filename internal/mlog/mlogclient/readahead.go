@@ -102,32 +102,63 @@ type readAhead struct {
 // far the read-ahead has fetched (or is fetching) for it.
 type readStream struct {
 	next     mlog.Position // the reader's next position
+	from     mlog.Position // where its last read started
 	fetchEnd mlog.Position // last position fetched or being fetched
 	busy     bool          // a fetch is in flight
 	lastUsed uint64
-	// While busy: the fetch reads count entries from fetchFrom, and done
-	// closes when it has put them in the buffer.
+	// While busy: the fetch still has count entries to bring from
+	// fetchFrom on, and progress closes (and is replaced) each time some
+	// of them land in the buffer, and when the fetch ends.
 	fetchFrom  mlog.Position
 	fetchCount int
-	done       chan struct{}
+	progress   chan struct{}
 }
 
 func newReadAhead(max int64, budget *ReadAheadBudget) *readAhead {
 	return &readAhead{max: max, budget: budget, entries: map[mlog.Position][]byte{}, avgEntry: 16 << 10}
 }
 
-// take removes and returns the entry at p, if the read-ahead holds it.
-func (r *readAhead) take(p mlog.Position) ([]byte, bool) {
+// get returns the entry at p, if the read-ahead holds it. The entry stays:
+// a reader may ask for more entries than it uses (a Kafka fetch stops at
+// its byte limit) and read the rest again next time. It goes once every
+// reader followed has started a read past it (dropPassedLocked), or when
+// newer read-ahead needs the room.
+func (r *readAhead) get(p mlog.Position) ([]byte, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b, ok := r.entries[p]
 	if ok {
-		delete(r.entries, p)
-		r.bytes -= int64(len(b))
-		r.budget.give(int64(len(b)))
 		r.hits.Add(1)
 	}
 	return b, ok
+}
+
+// dropPassedLocked drops the oldest entries that are before where every
+// reader followed started its last read.
+func (r *readAhead) dropPassedLocked() {
+	if len(r.streams) == 0 {
+		return
+	}
+	low := r.streams[0].from
+	for _, s := range r.streams[1:] {
+		if s.from.Less(low) {
+			low = s.from
+		}
+	}
+	for r.head < len(r.order) {
+		p := r.order[r.head]
+		b, ok := r.entries[p]
+		if ok && !p.Less(low) {
+			break
+		}
+		if ok {
+			delete(r.entries, p)
+			r.bytes -= int64(len(b))
+			r.budget.give(int64(len(b)))
+		}
+		r.head++
+	}
+	r.compactLocked()
 }
 
 // put stores fetched entries, which the caller has already taken budget
@@ -241,24 +272,34 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 		s = &readStream{fetchEnd: last}
 		r.streams = append(r.streams, s)
 	}
-	s.next, s.lastUsed = next, tick
+	s.next, s.from, s.lastUsed = next, from, tick
+	r.dropPassedLocked()
 	if s.busy {
 		return fetchPlan{}, false
 	}
-	window := int(min(max(r.max/max(r.avgEntry, 1), readAheadMinEntries), readAheadMaxEntries))
+	full := int(min(max(r.max/max(r.avgEntry, 1), readAheadMinEntries), readAheadMaxEntries))
 	if s.fetchEnd.Less(last) {
 		s.fetchEnd = last
 	}
 	// Fetch again once the reader has used half of what was fetched ahead
 	// of it (counted in entries within one ledger; across a ledger
 	// boundary, whenever the reader reaches the fetched ledger).
-	if s.fetchEnd.LedgerID == next.LedgerID && s.fetchEnd.EntryID-next.EntryID >= int64(window/2) {
+	if s.fetchEnd.LedgerID == next.LedgerID && s.fetchEnd.EntryID-next.EntryID >= int64(full/2) {
 		return fetchPlan{}, false
 	}
 	if next.LedgerID < s.fetchEnd.LedgerID {
 		return fetchPlan{}, false
 	}
-	reserve := int64(window) * r.avgEntry
+	// Fill the room left: a fetch of a whole window on top of the entries
+	// still ahead of the reader would evict those, oldest first, just
+	// before the reader gets to them.
+	room := r.max - r.bytes
+	if room < r.max/4 {
+		r.skipped.Add(1)
+		return fetchPlan{}, false
+	}
+	window := int(min(max(room/max(r.avgEntry, 1), readAheadMinEntries), readAheadMaxEntries))
+	reserve := room
 	for reserve > 0 && !r.budget.tryTake(reserve) {
 		reserve /= 2
 		window /= 2
@@ -268,23 +309,46 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 		return fetchPlan{}, false
 	}
 	start := mlog.Position{LedgerID: s.fetchEnd.LedgerID, EntryID: s.fetchEnd.EntryID + 1}
-	s.busy, s.fetchFrom, s.fetchCount, s.done = true, start, window, make(chan struct{})
+	s.busy, s.fetchFrom, s.fetchCount, s.progress = true, start, window, make(chan struct{})
 	return fetchPlan{s: s, from: start, count: window, reserve: reserve}, true
 }
 
 // inFlight returns a channel that closes when the fetch that is reading p
-// has finished, if one is: a reader that has overtaken its read-ahead
-// waits for it rather than reading the same entries from the bookies too.
+// has brought more entries (or ended), if one is: a reader that has
+// overtaken its read-ahead waits for it rather than reading the same
+// entries from the bookies too.
 func (r *readAhead) inFlight(p mlog.Position) (<-chan struct{}, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.streams {
 		if s.busy && p.LedgerID == s.fetchFrom.LedgerID && p.EntryID >= s.fetchFrom.EntryID &&
 			p.EntryID < s.fetchFrom.EntryID+int64(s.fetchCount) {
-			return s.done, true
+			return s.progress, true
 		}
 	}
 	return nil, false
+}
+
+// land puts entries a fetch for s brought (consecutive, in order; reserved
+// bytes of budget taken for them, see put) and wakes the readers waiting
+// for them.
+func (r *readAhead) land(s *readStream, entries []Entry, reserved int64) {
+	r.put(entries, reserved)
+	if len(entries) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := entries[len(entries)-1].Pos
+	if s.fetchFrom.LedgerID == last.LedgerID {
+		s.fetchCount -= int(last.EntryID + 1 - s.fetchFrom.EntryID)
+	}
+	s.fetchFrom = mlog.Position{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
+	if s.fetchEnd.Less(last) {
+		s.fetchEnd = last
+	}
+	close(s.progress)
+	s.progress = make(chan struct{})
 }
 
 // fetchDone ends a fetch for s that reached last (or failed: ok false).
@@ -292,10 +356,30 @@ func (r *readAhead) fetchDone(s *readStream, last mlog.Position, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.busy = false
-	close(s.done)
+	close(s.progress)
 	if ok && s.fetchEnd.Less(last) {
 		s.fetchEnd = last
 	}
+}
+
+// awaitFetched is what a read does when entries it wants (misses, into
+// out) are in no cache: while a read-ahead fetch is bringing the first of
+// them, it waits for that fetch's progress and takes what landed. It
+// returns the runs still missing, for the caller to read from the bookies.
+func (t *ManagedLedger) awaitFetched(ctx context.Context, out []Entry, misses []readMiss, aheadHits *int) ([]readMiss, error) {
+	for len(misses) > 0 {
+		progress, ok := t.readAhead.inFlight(out[misses[0].index].Pos)
+		if !ok {
+			break
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		misses = t.takeFetched(out, nil, misses, aheadHits)
+	}
+	return misses, nil
 }
 
 // metadataCache holds the records of closed ledgers, which do not change
@@ -343,23 +427,36 @@ func (c *metadataCache) forget(id int64) {
 }
 
 // readSpan reads one span's entries from the bookies, with the ledger's
-// record from the cache when it is closed.
+// record from the cache when it is closed. On an error it returns the
+// entries read before it.
 func (t *ManagedLedger) readSpan(ctx context.Context, span mlog.ReadSpan) ([][]byte, error) {
+	out := make([][]byte, 0, span.Last-span.First+1)
+	err := t.readSpanStream(ctx, span, func(p [][]byte) { out = append(out, p...) })
+	return out, err
+}
+
+// readSpanStream is readSpan handing the entries over in order as they
+// arrive (see ledgerclient.Client.ReadStream).
+func (t *ManagedLedger) readSpanStream(ctx context.Context, span mlog.ReadSpan, delivered func([][]byte)) error {
+	next := span.First
 	for attempt := 0; ; attempt++ {
 		md, cached := t.metadata.get(span.Ledger)
 		if !cached {
 			var err error
 			if md, _, err = t.cfg.Ledgers.ReadMetadata(ctx, span.Ledger); err != nil {
-				return nil, err
+				return err
 			}
 			t.metadata.put(md)
 		}
-		payloads, err := t.cfg.Ledgers.Read(ctx, md, span.First, span.Last)
+		_, err := t.cfg.Ledgers.ReadStream(ctx, md, next, span.Last, func(p [][]byte) {
+			next += int64(len(p))
+			delivered(p)
+		})
 		if err != nil && cached && attempt == 0 && ctx.Err() == nil {
 			t.metadata.forget(span.Ledger) // perhaps re-replicated elsewhere
 			continue
 		}
-		return payloads, err
+		return err
 	}
 }
 
@@ -384,33 +481,50 @@ func (t *ManagedLedger) prefetch(plan fetchPlan) {
 			return
 		}
 		// The plan's entry count comes from an average entry size that may
-		// be far off (a topic's first fetch, or entries that grew): read in
-		// chunks sized by the bytes read so far and stop at the reserved
-		// bytes, so that a fetch never holds much more than it reserved.
-		var got []Entry
-		var bytes int64
+		// be far off (a topic's first fetch, or entries that grew): read a
+		// first chunk, size the rest by the bytes read so far, and stop at
+		// the reserved bytes, so that a fetch never holds much more than it
+		// reserved. Entries land in the buffer as they arrive, so a reader
+		// waiting for the first of them need not wait for the last.
+		ctx, cancel := context.WithCancel(t.ctx)
+		defer cancel()
+		reserve := plan.reserve // budget taken and not yet used by landed entries
+		defer func() { t.readAhead.budget.give(reserve) }()
+		var bytes, count int64
+		full := false
 		chunk := int64(readAheadFirstChunk)
 	spans:
 		for _, span := range spans {
 			for first := span.First; first <= span.Last; {
-				last := min(span.Last, first+chunk-1)
-				payloads, err := t.readSpan(t.ctx, mlog.ReadSpan{Ledger: span.Ledger, First: first, Last: last})
-				for i, p := range payloads {
-					got = append(got, Entry{Pos: mlog.Position{LedgerID: span.Ledger, EntryID: first + int64(i)}, Payload: p})
-					bytes += int64(len(p))
-				}
-				if err != nil || bytes >= plan.reserve || len(got) == 0 {
+				next := first
+				err := t.readSpanStream(ctx, mlog.ReadSpan{Ledger: span.Ledger, First: first, Last: min(span.Last, first+chunk-1)}, func(p [][]byte) {
+					if full {
+						return
+					}
+					entries := make([]Entry, len(p))
+					var n int64
+					for i, payload := range p {
+						entries[i] = Entry{Pos: mlog.Position{LedgerID: span.Ledger, EntryID: next + int64(i)}, Payload: payload}
+						n += int64(len(payload))
+					}
+					next += int64(len(p))
+					used := min(n, reserve)
+					reserve -= used
+					bytes, count = bytes+n, count+int64(len(p))
+					t.readAhead.land(plan.s, entries, used)
+					last, ok = entries[len(entries)-1].Pos, true
+					if bytes >= plan.reserve {
+						full = true
+						cancel()
+					}
+				})
+				if err != nil || full || next == first {
 					break spans
 				}
-				avg := max(bytes/int64(len(got)), 1)
-				chunk = min(max((plan.reserve-bytes)/avg, 1), readAheadMaxEntries)
-				first = last + 1
+				chunk = min(max((plan.reserve-bytes)/max(bytes/count, 1), 1), readAheadMaxEntries)
+				first = next
 			}
 		}
-		if len(got) > 0 {
-			last, ok = got[len(got)-1].Pos, true
-		}
-		t.readAhead.put(got, plan.reserve)
 	}()
 }
 
@@ -427,7 +541,7 @@ func (t *ManagedLedger) takeFetched(out []Entry, rest, misses []readMiss, aheadH
 	for _, m := range misses {
 		for e := m.span.First; e <= m.span.Last; e++ {
 			i := m.index + int(e-m.span.First)
-			if payload, ok := t.readAhead.take(out[i].Pos); ok {
+			if payload, ok := t.readAhead.get(out[i].Pos); ok {
 				out[i].Payload = payload
 				*aheadHits++
 				continue
