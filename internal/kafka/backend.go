@@ -70,13 +70,41 @@ type AppendResult struct {
 
 // ReadResult answers one fetch of one partition.
 type ReadResult struct {
-	// Records holds whole record batches (v2) exactly as stored, the first
-	// one containing the fetched offset, at most maxBytes unless the first
-	// batch alone is larger (Kafka returns it anyway so consumers progress).
+	// Records and then Batches hold whole record batches (v2) exactly as
+	// stored, the first one containing the fetched offset, at most maxBytes
+	// unless the first batch alone is larger (Kafka returns it anyway so
+	// consumers progress). A backend fills either: Records when it has the
+	// batches in one piece, Batches to hand over stored batches without
+	// copying them (the Fetch answer writes them to the socket as they are).
+	// Neither is modified afterwards, by the backend or the front end.
 	Records          []byte
+	Batches          [][]byte
 	HighWatermark    int64
 	LastStableOffset int64 // == HighWatermark: no transactions
 	LogStartOffset   int64
+}
+
+// Size is the bytes of record batches the result holds.
+func (r ReadResult) Size() int {
+	n := len(r.Records)
+	for _, b := range r.Batches {
+		n += len(b)
+	}
+	return n
+}
+
+// Bytes returns the record batches in one slice (Records itself when
+// Batches is empty, else a copy).
+func (r ReadResult) Bytes() []byte {
+	if len(r.Batches) == 0 {
+		return r.Records
+	}
+	out := make([]byte, 0, r.Size())
+	out = append(out, r.Records...)
+	for _, b := range r.Batches {
+		out = append(out, b...)
+	}
+	return out
 }
 
 // Partition is one partition this broker owns and serves.

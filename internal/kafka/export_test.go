@@ -11,5 +11,12 @@ func (s *Server) ServeFrame(ctx context.Context, frame []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.complete(ctx, item, nil)
+	out, pieces, err := s.complete(ctx, item, nil)
+	if pieces != nil {
+		out = nil
+		for _, p := range pieces {
+			out = append(out, p...)
+		}
+	}
+	return out, err
 }

@@ -53,16 +53,17 @@ type fetchPartition struct {
 	highWatermark int64
 }
 
-func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest) *kmsg.FetchResponse {
+func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest) *fetchAnswer {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	answer := &fetchAnswer{FetchResponse: resp}
 	resp.SessionID = 0
 	if req.SessionID != 0 {
 		resp.ErrorCode = rq.note(kerr.FetchSessionIDNotFound.Code)
-		return resp
+		return answer
 	}
 	if req.SessionEpoch > 0 {
 		resp.ErrorCode = rq.note(kerr.InvalidFetchSessionEpoch.Code)
-		return resp
+		return answer
 	}
 
 	var parts []fetchPartition
@@ -105,19 +106,19 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 	}
 	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)
 	for {
-		total, failed := s.readPartitions(ctx, rq, resp, parts, maxBytes)
+		total, failed := s.readPartitions(ctx, rq, answer, parts, maxBytes)
 		if failed || total >= int(req.MinBytes) || len(parts) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return resp
+			return answer
 		}
 		woken := waitForData(ctx, parts, deadline)
 		if woken < 0 {
-			return resp
+			return answer
 		}
 		if fp := &parts[woken]; fp.part.HighWatermark() <= fp.highWatermark {
 			// Woken without growth: the partition stopped being served
 			// here. Answer now (the next fetch sees its new state) rather
 			// than spin on a channel that stays closed.
-			return resp
+			return answer
 		}
 	}
 }
@@ -131,7 +132,8 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 // of many partitions then waits for the slowest read, not for the sum of
 // them. Otherwise they are read one after another, each limited by what is
 // left.
-func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.FetchResponse, parts []fetchPartition, maxBytes int32) (int, bool) {
+func (s *Server) readPartitions(ctx context.Context, rq *request, answer *fetchAnswer, parts []fetchPartition, maxBytes int32) (int, bool) {
+	resp := answer.FetchResponse
 	var early []readOutcome
 	if len(parts) > 1 && limitsFit(parts, maxBytes) {
 		early = make([]readOutcome, len(parts))
@@ -151,7 +153,8 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.Fet
 	for i := range parts {
 		fp := &parts[i]
 		rp := &resp.Topics[fp.topic].Partitions[fp.partition]
-		rp.RecordBatches = noRecords
+		records := answer.recordsOf(fp.topic, fp.partition)
+		rp.RecordBatches, *records = noRecords, nil
 		limit := fp.maxBytes
 		if left := int64(maxBytes) - int64(total); int64(limit) > left {
 			limit = int32(max(left, 0))
@@ -178,13 +181,17 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, resp *kmsg.Fet
 		rp.ErrorCode = 0
 		rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
 		fp.highWatermark = res.HighWatermark
-		if total > 0 && len(res.Records) > int(limit) {
+		size := res.Size()
+		if total > 0 && size > int(limit) {
 			continue // only the first partition with data may exceed the limits
 		}
-		if len(res.Records) > 0 {
-			rp.RecordBatches = res.Records
+		if size > 0 {
+			*records = res.Batches
+			if len(res.Records) > 0 {
+				*records = append([][]byte{res.Records}, res.Batches...)
+			}
 		}
-		total += len(res.Records)
+		total += size
 	}
 	return total, failed
 }

@@ -405,21 +405,24 @@ func (s *Server) submit(ctx context.Context, frame []byte) (item *inflight, err 
 }
 
 // complete runs a request's finish phase and appends its response frame to
-// dst; it returns dst unchanged when there is no response.
-func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out []byte, err error) {
+// dst; it returns dst unchanged when there is no response. A Fetch answer
+// comes back as pieces too (pieces != nil): the frame is then pieces, in
+// order — dst from its start cut around the record batches, which stay
+// where the backend holds them — and is written with one writev.
+func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out []byte, pieces [][]byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("panic finishing a request", "api", apiName(item.rq.key), "panic", r, "stack", string(debug.Stack()))
-			out, err = dst, protocolErrorf("panic in finish: %v", r)
+			out, pieces, err = dst, nil, protocolErrorf("panic in finish: %v", r)
 		}
 	}()
 	resp := item.finish(ctx)
 	s.metrics.request(apiName(item.rq.key), item.rq.errCode, time.Since(item.received))
 	if item.rq.closeAfter {
-		return dst, errCloseAfter
+		return dst, nil, errCloseAfter
 	}
 	if resp == nil {
-		return dst, nil
+		return dst, nil, nil
 	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
@@ -427,14 +430,26 @@ func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out 
 	if item.flexibleHeader {
 		dst = append(dst, 0) // no header tags
 	}
-	if fr, ok := resp.(*kmsg.FetchResponse); ok {
+	if fa, ok := resp.(*fetchAnswer); ok {
+		if vectorable(fa.FetchResponse) {
+			var pieces [][]byte
+			dst, pieces = appendFetchVectored(dst, fa)
+			n := 0
+			for _, p := range pieces {
+				n += len(p)
+			}
+			binary.BigEndian.PutUint32(dst[start:], uint32(n-start-4))
+			return dst, pieces, nil
+		}
+		fr := fa.flatten()
 		// The records are most of a fetch response: room for them at once,
 		// so that encoding copies each batch once instead of growing dst.
 		dst = slices.Grow(dst, fetchResponseSize(fr))
+		resp = fr
 	}
 	dst = resp.AppendTo(dst)
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
-	return dst, nil
+	return dst, nil, nil
 }
 
 // conn is one client connection.
@@ -627,7 +642,8 @@ func (c *conn) writeLoop() {
 			continue // aborted: drain so the reader never blocks
 		}
 		var err error
-		buf, err = c.s.complete(c.ctx, item, buf[:0])
+		var pieces [][]byte
+		buf, pieces, err = c.s.complete(c.ctx, item, buf[:0])
 		c.release(item.held)
 		<-c.slots
 		if err != nil {
@@ -637,6 +653,16 @@ func (c *conn) writeLoop() {
 				c.s.metrics.closed("handler_panic")
 			}
 			c.abort()
+			continue
+		}
+		if pieces != nil {
+			// bw is empty: it is flushed after every response.
+			if _, err := (*net.Buffers)(&pieces).WriteTo(c.nc); err != nil {
+				c.abort()
+			}
+			if cap(buf) > 1<<20 {
+				buf = nil
+			}
 			continue
 		}
 		if len(buf) == 0 {

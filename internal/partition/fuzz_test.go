@@ -54,7 +54,7 @@ func FuzzBatches(f *testing.F) {
 			if err != nil {
 				t.Fatalf("read back offset %d: %v", k.base, err)
 			}
-			got, err := SplitBatches(res.Records)
+			got, err := SplitBatches(res.Bytes())
 			if err != nil || len(got) == 0 {
 				t.Fatalf("read back offset %d: %d batches, %v", k.base, len(got), err)
 			}

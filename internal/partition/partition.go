@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -540,8 +539,6 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 		if len(es) == 0 {
 			break
 		}
-		// One allocation for what this round may append, rather than
-		// growing (and copying) as batches are appended.
 		need := 0
 		for _, e := range es {
 			need += len(e.Payload)
@@ -554,7 +551,6 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 			}
 			p.mu.Unlock()
 		}
-		res.Records = slices.Grow(res.Records, min(need, max(int(maxBytes-total), len(es[0].Payload))))
 		full := false
 		for _, e := range es {
 			b, err := ParseBatch(e.Payload)
@@ -576,7 +572,7 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 				full = true
 				break
 			}
-			res.Records = append(res.Records, e.Payload...)
+			res.Batches = append(res.Batches, e.Payload) // as stored: never modified
 			total += int32(len(e.Payload))
 			lastBatch, lastPos = b, e.Pos
 		}

@@ -249,7 +249,7 @@ func readAll(t *testing.T, p *Partition, from int64, maxBytes int32) []int64 {
 		if err != nil {
 			t.Fatalf("read at %d: %v", from, err)
 		}
-		bs, err := SplitBatches(res.Records)
+		bs, err := SplitBatches(res.Bytes())
 		if err != nil || len(bs) == 0 {
 			t.Fatalf("read at %d: %d batches, %v", from, len(bs), err)
 		}
@@ -295,14 +295,14 @@ func TestOffsetsAreDenseAndReadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := ParseBatch(res.Records); b.BaseOffset != want[3] {
+	if b, _ := ParseBatch(res.Bytes()); b.BaseOffset != want[3] {
 		t.Fatalf("mid-batch fetch returned batch at %d, want %d", b.BaseOffset, want[3])
 	}
 	if _, err := p.Read(context.Background(), next+1, 100); !errors.Is(err, kerr.OffsetOutOfRange) {
 		t.Fatalf("read past the HW: %v", err)
 	}
-	if res, err := p.Read(context.Background(), next, 100); err != nil || len(res.Records) != 0 {
-		t.Fatalf("read at the HW: %d bytes, %v", len(res.Records), err)
+	if res, err := p.Read(context.Background(), next, 100); err != nil || res.Size() != 0 {
+		t.Fatalf("read at the HW: %d bytes, %v", res.Size(), err)
 	}
 }
 
@@ -436,7 +436,7 @@ func TestReloadContinuesOffsetsAndDedup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := ParseBatch(res.Records); b.BaseOffset != 122 {
+	if b, _ := ParseBatch(res.Bytes()); b.BaseOffset != 122 {
 		t.Fatalf("offset 123 in batch %d, want 122", b.BaseOffset)
 	}
 	l.mu.Lock()
