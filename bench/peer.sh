@@ -341,7 +341,31 @@ start_quire() {
 		reason[quire]="not serving Kafka on $kafka within 60 s"
 		return 1
 	fi
-	start_extra_brokers
+	start_extra_brokers && settle_bundles
+}
+
+# settle_bundles: with QUIRE_BROKERS > 1, waits until every bundle is owned
+# and the owners (`quire admin namespaces bundles public/default`) have not
+# changed for 3 s, starting 2 s after the last broker was ready (a joining
+# broker gets its bundles 1 s after it is live: --bundle-handoff-after),
+# bounded by 30 s: the restarted standalone takes every bundle first and
+# hands some over once the other brokers are live, and a read that raced
+# the handoff measured the handoff, not the read path.
+settle_bundles() {
+	((quire_brokers > 1)) || return 0
+	local prev="" cur same=0 deadline=$((SECONDS + 30))
+	sleep 2
+	while ((SECONDS < deadline)); do
+		cur=$("$quire" admin namespaces bundles public/default --meta-endpoints "127.0.0.1:$((quire_port_base + 2))" 2>/dev/null)
+		if [[ -n $cur && $cur == "$prev" && $cur != *unowned* ]]; then
+			((++same >= 6)) && return 0
+		else
+			same=0
+		fi
+		prev=$cur
+		sleep 0.5
+	done
+	log "quire: bundle owners still moving after 30 s; going on"
 }
 
 # start_extra_brokers: the QUIRE_BROKERS-1 `quire broker` processes beside
