@@ -61,7 +61,7 @@ func (l ledgerLog) Segments(ctx context.Context) ([]partition.Segment, error) {
 	var out []partition.Segment
 	for _, li := range ls {
 		if li.Entries > 0 {
-			out = append(out, partition.Segment{ID: li.ID, Entries: li.Entries})
+			out = append(out, partition.Segment{ID: li.ID, Entries: li.Entries, Bytes: li.Size})
 		}
 	}
 	return out, nil

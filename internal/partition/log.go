@@ -33,6 +33,7 @@ func (p Pos) Less(q Pos) bool {
 type Segment struct {
 	ID      int64
 	Entries int64
+	Bytes   int64 // payload bytes of its entries (0: unknown)
 }
 
 // Entry is one entry read from a log.

@@ -28,8 +28,11 @@ type Config struct {
 	Store    meta.Store
 	FloorKey string
 	// ScanBack is how many entries at the log's tail are read on load to
-	// rebuild the producer table and the in-memory index (default 2,000).
-	ScanBack int
+	// rebuild the producer table and the in-memory index (default 2,000),
+	// and ScanBackBytes how many bytes at most (default 64 MiB; by the
+	// segments' sizes): a takeover reads this much before it serves.
+	ScanBack      int
+	ScanBackBytes int64
 	// MaxIndexed bounds the in-memory index of recent batches (default
 	// 50,000); older offsets are found by binary search over the log.
 	MaxIndexed int
@@ -109,6 +112,9 @@ func Open(ctx context.Context, cfg Config) (*Partition, error) {
 	if cfg.ScanBack <= 0 {
 		cfg.ScanBack = 2000
 	}
+	if cfg.ScanBackBytes <= 0 {
+		cfg.ScanBackBytes = 64 << 20
+	}
 	if cfg.MaxIndexed <= 0 {
 		cfg.MaxIndexed = 50_000
 	}
@@ -172,12 +178,14 @@ func (p *Partition) load(ctx context.Context) error {
 	p.next, p.hw, p.logStart = next, next, start
 
 	// Rebuild the producer table and the index from the tail.
-	from, ok := tailStart(segs, p.cfg.ScanBack)
+	from, ok := tailStart(segs, p.cfg.ScanBack, p.cfg.ScanBackBytes)
 	if !ok {
 		return nil
 	}
 	for {
-		es, err := p.cfg.Log.Read(ctx, from, 256)
+		// A few entries at a time: they are parsed and dropped, so what
+		// the scan holds stays small however large the entries are.
+		es, err := p.cfg.Log.Read(ctx, from, 16)
 		if err != nil {
 			return fmt.Errorf("scan the tail: %w", err)
 		}
@@ -201,17 +209,25 @@ func (p *Partition) load(ctx context.Context) error {
 	return nil
 }
 
-// tailStart is the position n entries before the end of segs.
-func tailStart(segs []Segment, n int) (Pos, bool) {
+// tailStart is the position n entries before the end of segs, or later so
+// that the entries after it hold about maxBytes at most (by each segment's
+// average entry size, where its size is known).
+func tailStart(segs []Segment, n int, maxBytes int64) (Pos, bool) {
 	if len(segs) == 0 {
 		return Pos{}, false
 	}
-	left := int64(n)
+	left, bytesLeft := int64(n), maxBytes
 	for i := len(segs) - 1; i >= 0; i-- {
-		if segs[i].Entries >= left || i == 0 {
-			return Pos{Segment: segs[i].ID, Entry: max(0, segs[i].Entries-left)}, true
+		take := min(left, segs[i].Entries)
+		if s := segs[i]; s.Bytes > 0 && s.Entries > 0 {
+			avg := max(s.Bytes/s.Entries, 1)
+			take = min(take, max(bytesLeft/avg, 1))
+			bytesLeft -= take * avg
 		}
-		left -= segs[i].Entries
+		left -= take
+		if left <= 0 || bytesLeft <= 0 || i == 0 {
+			return Pos{Segment: segs[i].ID, Entry: segs[i].Entries - take}, true
+		}
 	}
 	return Pos{}, false
 }

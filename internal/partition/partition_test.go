@@ -735,3 +735,27 @@ func TestStorageReadFailureIsRetriable(t *testing.T) {
 		t.Fatalf("read after the storage came back: %v", got)
 	}
 }
+
+// TestTailStartBoundedByBytes: the scan on load starts ScanBack entries
+// before the end, or later where the entries after it would hold more than
+// ScanBackBytes by their segments' average sizes.
+func TestTailStartBoundedByBytes(t *testing.T) {
+	segs := []Segment{{ID: 3, Entries: 100, Bytes: 100 << 10}, {ID: 6, Entries: 50, Bytes: 50 << 20}}
+	for _, c := range []struct {
+		n     int
+		bytes int64
+		want  Pos
+	}{
+		{n: 20, bytes: 1 << 40, want: Pos{Segment: 6, Entry: 30}},    // by entries
+		{n: 120, bytes: 1 << 40, want: Pos{Segment: 3, Entry: 30}},   // into the older segment
+		{n: 500, bytes: 1 << 40, want: Pos{Segment: 3, Entry: 0}},    // the whole log
+		{n: 2000, bytes: 10 << 20, want: Pos{Segment: 6, Entry: 40}}, // 10 entries of 1 MiB
+		{n: 2000, bytes: 51 << 20, want: Pos{Segment: 3, Entry: 0}},  // 50 MiB, then 1 MiB of 1 KiB entries
+		{n: 2000, bytes: 1, want: Pos{Segment: 6, Entry: 49}},        // at least one entry
+	} {
+		got, ok := tailStart(segs, c.n, c.bytes)
+		if !ok || got != c.want {
+			t.Errorf("tailStart(n=%d, bytes=%d) = %v, %v; want %v", c.n, c.bytes, got, ok, c.want)
+		}
+	}
+}
