@@ -290,10 +290,12 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 	if next.LedgerID < s.fetchEnd.LedgerID {
 		return fetchPlan{}, false
 	}
-	// Fill the room left: a fetch of a whole window on top of the entries
-	// still ahead of the reader would evict those, oldest first, just
-	// before the reader gets to them.
-	room := r.max - r.bytes
+	// Fill the room left by the entries still ahead of this reader: a
+	// fetch of a whole window on top of them would evict them, oldest
+	// first, just before the reader gets to them. (Entries held for other
+	// readers, or for none any more, are evicted before them: they were
+	// fetched earlier.)
+	room := r.max - r.aheadBytesLocked(s)
 	if room < r.max/4 {
 		r.skipped.Add(1)
 		return fetchPlan{}, false
@@ -311,6 +313,19 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 	start := mlog.Position{LedgerID: s.fetchEnd.LedgerID, EntryID: s.fetchEnd.EntryID + 1}
 	s.busy, s.fetchFrom, s.fetchCount, s.progress = true, start, window, make(chan struct{})
 	return fetchPlan{s: s, from: start, count: window, reserve: reserve}, true
+}
+
+// aheadBytesLocked is the bytes held for s's reader from its next
+// position to what was fetched for it.
+func (r *readAhead) aheadBytesLocked(s *readStream) int64 {
+	var n int64
+	if s.fetchEnd.LedgerID != s.next.LedgerID {
+		return 0
+	}
+	for e := s.next.EntryID; e <= s.fetchEnd.EntryID; e++ {
+		n += int64(len(r.entries[mlog.Position{LedgerID: s.next.LedgerID, EntryID: e}]))
+	}
+	return n
 }
 
 // inFlight returns a channel that closes when the fetch that is reading p

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"quire/internal/mlog"
+	"quire/internal/testutil"
 )
 
 // TestReadAheadServesACatchUpReader: a reader replaying 600 entries over
@@ -214,5 +215,59 @@ func TestReadAheadServesOverlappingReads(t *testing.T) {
 		n-cfg.CacheEntries, st.CacheMisses, st.ReadAheadHits, st.ReadAheadFetched, st.ReadAheadSkipped)
 	if st.CacheMisses > (n-int64(cfg.CacheEntries))/10 {
 		t.Fatalf("%d entries read from the bookies by the reader for %d used: the read-ahead lost entries before the reader used them", st.CacheMisses, n-cfg.CacheEntries)
+	}
+}
+
+// TestReadAheadNotHeldByAnIdleReader: a reader that read once somewhere
+// in the backlog and stopped (the scan of a partition's tail when it is
+// loaded does this) leaves its read-ahead in the buffer. A reader that
+// then replays the backlog from the start must still be read ahead of: the
+// idle reader's entries are evicted first, not counted against the new
+// reader's room.
+func TestReadAheadNotHeldByAnIdleReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := startCluster(t)
+	cfg := config(t, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 100_000}, Retention: keepAll})
+	const size = 1 << 10
+	cfg.ReadAheadBytes, cfg.ReadAheadBudget = 32*size, NewReadAheadBudget(1<<20)
+	cfg.CacheEntries = 10
+	tp, err := Open(ctx, "tenant/ns/idle", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close(context.Background())
+	const n = 600
+	for i := range n {
+		if _, err := tp.Append(ctx, bytes.Repeat([]byte{byte(i)}, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The idle reader: a few reads from entry 400 on, then it stops with
+	// its read-ahead filling the buffer.
+	ls, err := tp.Ledgers(ctx)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("ledgers: %v, %v", ls, err)
+	}
+	last := ls[0].ID
+	for e := int64(400); e < 480; e += 4 {
+		if _, err := tp.Read(ctx, mlog.Position{LedgerID: last, EntryID: e}, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, "the idle reader's read-ahead to fill the buffer", func() bool {
+		st, _ := tp.Stats(ctx)
+		return st.ReadAheadBytes >= 16*size
+	})
+	before, _ := tp.Stats(ctx)
+	got := readAll(t, ctx, tp, mlog.Position{LedgerID: last})
+	if len(got) != n {
+		t.Fatalf("read %d of %d", len(got), n)
+	}
+	st, _ := tp.Stats(ctx)
+	hits, misses := st.ReadAheadHits-before.ReadAheadHits, st.CacheMisses-before.CacheMisses
+	t.Logf("replay of %d entries after an idle reader: %d read-ahead hits, %d bookie reads", n, hits, misses)
+	if misses > n/4 {
+		t.Fatalf("%d of %d entries read from the bookies: the idle reader's entries kept the replay from being read ahead", misses, n)
 	}
 }
