@@ -322,7 +322,7 @@ start_quire() {
 	# shellcheck disable=SC2086 # QUIRE_ARGS is a list of flags
 	"$quire" standalone --data-dir "$dir" --kafka-addr "$kafka" --http-addr "127.0.0.1:$((p + 1))" \
 		--meta-client-addr "127.0.0.1:$((p + 2))" --meta-peer-addr "127.0.0.1:$((p + 3))" \
-		--bookie-addrs "127.0.0.1:$((p + 4)),127.0.0.1:$((p + 5)),127.0.0.1:$((p + 6))" \
+		--bookie-addrs "127.0.0.1:$((p + 4)),127.0.0.1:$((p + 5)),127.0.0.1:$((p + 6))" --pulsar-addr "127.0.0.1:$((p + 7))" \
 		"${handoff[@]}" ${QUIRE_ARGS:-} >>"$work/quire-standalone.log" 2>&1 &
 	quire_pid=$!
 	local deadline=$((SECONDS + 60))

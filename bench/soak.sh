@@ -59,7 +59,7 @@ trap cleanup EXIT
 
 "$quire" standalone --data-dir "$data" --kafka-addr "127.0.0.1:$p" --http-addr "127.0.0.1:$((p + 1))" \
 	--meta-client-addr "127.0.0.1:$((p + 2))" --meta-peer-addr "127.0.0.1:$((p + 3))" \
-	--bookie-addrs "127.0.0.1:$((p + 4)),127.0.0.1:$((p + 5)),127.0.0.1:$((p + 6))" \
+	--bookie-addrs "127.0.0.1:$((p + 4)),127.0.0.1:$((p + 5)),127.0.0.1:$((p + 6))" --pulsar-addr "127.0.0.1:$((p + 7))" \
 	>"$work/standalone.log" 2>&1 &
 qpid=$!
 pids+=("$qpid")

@@ -28,6 +28,8 @@ type brokerFlags struct {
 	id                int32
 	kafkaAddr         string
 	kafkaAdvertised   string
+	pulsarAddr        string
+	pulsarAdvertised  string
 	zone              string
 	namespace         string
 	autoCreateTopics  bool
@@ -40,12 +42,15 @@ type brokerFlags struct {
 	connBytes         int64
 }
 
-func (b *brokerFlags) register(cmd *cobra.Command) {
+// register adds the flags; pulsarAddr is --pulsar-addr's default ("": off).
+func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	d := broker.DefaultConfig()
 	f := cmd.Flags()
 	f.Int32Var(&b.id, "broker-id", 0, "broker id (0: allocate one from the metadata store)")
 	f.StringVar(&b.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "Kafka protocol listen address")
 	f.StringVar(&b.kafkaAdvertised, "kafka-advertised-addr", "", "host:port clients are told to connect to (default: the listen address)")
+	f.StringVar(&b.pulsarAddr, "pulsar-addr", pulsarAddr, "Pulsar binary protocol listen address (empty: no Pulsar listener)")
+	f.StringVar(&b.pulsarAdvertised, "pulsar-advertised-addr", "", "host:port in the Pulsar service URL clients are told (default: the listen address)")
 	f.StringVar(&b.zone, "zone", "", "zone/rack label (Kafka clients see it as the broker's rack)")
 	f.StringVar(&b.namespace, "kafka-namespace", d.Namespace, "tenant/namespace that holds Kafka topics")
 	f.BoolVar(&b.autoCreateTopics, "auto-create-topics", d.AutoCreateTopics, "create unknown topics on metadata requests (auto.create.topics.enable)")
@@ -64,6 +69,13 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka listener: %w", err)
 	}
+	var pulsarLn net.Listener
+	if b.pulsarAddr != "" {
+		if pulsarLn, err = net.Listen("tcp", b.pulsarAddr); err != nil {
+			ln.Close()
+			return nil, nil, fmt.Errorf("pulsar listener: %w", err)
+		}
+	}
 	bookies := client.New(client.Config{Logger: log})
 	ledgers := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bookies, Name: "broker", Logger: log})
 	br, err := broker.Start(ctx, broker.Config{
@@ -71,11 +83,14 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		HTTPAddr: httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
 		HandoffAfter: b.handoffAfter, KafkaMaxQueuedRequestBytes: b.queuedBytes, KafkaMaxConnRequestBytes: b.connBytes,
-		ProducerIDExpiration: b.producerExpiry,
-		Registerer:           prometheus.DefaultRegisterer, Logger: log,
+		ProducerIDExpiration: b.producerExpiry, PulsarListener: pulsarLn, PulsarAdvertised: b.pulsarAdvertised,
+		Registerer: prometheus.DefaultRegisterer, Logger: log,
 	})
 	if err != nil {
 		ln.Close()
+		if pulsarLn != nil {
+			pulsarLn.Close()
+		}
 		bookies.Close()
 		return nil, nil, err
 	}
@@ -146,6 +161,6 @@ ledgers; no data is copied.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&o.metaEndpoints, "meta-endpoints", nil, "etcd endpoints (host:port, comma separated)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
-	o.broker.register(cmd)
+	o.broker.register(cmd, "")
 	return cmd
 }

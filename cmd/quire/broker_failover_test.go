@@ -352,7 +352,7 @@ func TestStandaloneKilledKeepsAckedRecords(t *testing.T) {
 	kafkaAddr := freeAddr(t)
 	args := []string{"standalone", "--data-dir", dir, "--http-addr", freeAddr(t), "--kafka-addr", kafkaAddr,
 		"--meta-client-addr", freeAddr(t), "--meta-peer-addr", freeAddr(t),
-		"--bookie-addrs", strings.Join([]string{freeAddr(t), freeAddr(t), freeAddr(t)}, ",")}
+		"--bookie-addrs", strings.Join([]string{freeAddr(t), freeAddr(t), freeAddr(t)}, ","), "--pulsar-addr", freeAddr(t)}
 	p := startQuire(t, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

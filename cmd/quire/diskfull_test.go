@@ -99,7 +99,7 @@ func standaloneArgs(t *testing.T, dataDir string, bookies int) (args []string, k
 	}
 	args = []string{"standalone", "--data-dir", dataDir, "--http-addr", httpAddr, "--kafka-addr", kafkaAddr,
 		"--meta-client-addr", freeAddr(t), "--meta-peer-addr", freeAddr(t), "--bookie-addrs", strings.Join(addrs, ","),
-		"--journal-file-mb", "16", "--write-cache-mb", "16", "--read-cache-mb", "8"}
+		"--journal-file-mb", "16", "--write-cache-mb", "16", "--read-cache-mb", "8", "--pulsar-addr", freeAddr(t)}
 	return args, kafkaAddr, httpAddr
 }
 

@@ -125,7 +125,8 @@ func TestStandaloneHealthAndRestart(t *testing.T) {
 	httpAddr, clientAddr, peerAddr, kafkaAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	bookies := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	args := []string{"standalone", "--data-dir", dir, "--http-addr", httpAddr, "--kafka-addr", kafkaAddr,
-		"--meta-client-addr", clientAddr, "--meta-peer-addr", peerAddr, "--bookie-addrs", strings.Join(bookies, ",")}
+		"--meta-client-addr", clientAddr, "--meta-peer-addr", peerAddr, "--bookie-addrs", strings.Join(bookies, ","),
+		"--pulsar-addr", freeAddr(t)}
 
 	p := startQuire(t, args...)
 	took := waitHTTP(t, p, "http://"+httpAddr+"/healthz", 5*time.Second)

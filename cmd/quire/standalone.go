@@ -63,7 +63,7 @@ turns writable again by itself once space is freed (docs/operations.md).`,
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
 	f.StringSliceVar(&o.bookieAddrs, "bookie-addrs", []string{"127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"}, "listen addresses of the bookies to run, one bookie each (data in DATA-DIR/bookie-N)")
 	addMetaMemberFlags(cmd, &o.meta, "meta-")
-	o.broker.register(cmd)
+	o.broker.register(cmd, "127.0.0.1:6650")
 	o.engine.register(cmd)
 	return cmd
 }
@@ -126,7 +126,7 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	}
 	health.SetReady(true)
 	log.Info("quire standalone ready", "cluster", id, "data-dir", o.dataDir, "http", "http://"+httpServer.Addr(),
-		"meta", embedded.Endpoint(), "kafka", o.broker.kafkaAddr, "startup", time.Since(started).Round(time.Millisecond))
+		"meta", embedded.Endpoint(), "kafka", o.broker.kafkaAddr, "pulsar", o.broker.pulsarAddr, "startup", time.Since(started).Round(time.Millisecond))
 	logDegraded(ctx, health, log)
 
 	var runErr error

@@ -74,7 +74,11 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 		if err != nil {
 			return nil, err
 		}
-		recs = all
+		for _, rec := range all {
+			if !isPulsarTopic(rec) { // a Pulsar partitioned topic's record
+				recs = append(recs, rec)
+			}
+		}
 	} else {
 		for _, n := range names {
 			rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, n)
@@ -87,7 +91,8 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 					b.log.Info("topic auto-created", "topic", n, "partitions", rec.Partitions)
 				}
 			}
-			if errors.Is(err, catalog.ErrTopicNotFound) || errors.Is(err, catalog.ErrInvalidTopicName) || errors.Is(err, catalog.ErrInvalidName) {
+			if errors.Is(err, catalog.ErrTopicNotFound) || errors.Is(err, catalog.ErrInvalidTopicName) || errors.Is(err, catalog.ErrInvalidName) ||
+				err == nil && isPulsarTopic(rec) {
 				continue
 			}
 			if err != nil {

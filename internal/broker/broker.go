@@ -36,8 +36,13 @@ type Config struct {
 	ID              int32
 	KafkaListener   net.Listener
 	KafkaAdvertised string
-	HTTPAddr        string
-	Zone            string
+	// PulsarListener, when set, serves the Pulsar protocol (pulsar.go);
+	// PulsarAdvertised is the host:port in its service URL (default: the
+	// listener's address). The broker closes the listener.
+	PulsarListener   net.Listener
+	PulsarAdvertised string
+	HTTPAddr         string
+	Zone             string
 	// Namespace holds Kafka topics (default public/default).
 	Namespace string
 	// AutoCreateTopics creates unknown topics on metadata and produce
@@ -180,6 +185,9 @@ type Broker struct {
 	storage        *storageGate
 	produceRefused atomic.Int64
 
+	// pulsar serves Pulsar topics (pulsar.go); nil without a listener.
+	pulsar atomic.Pointer[pulsarBackend]
+
 	// loads counts partitions loaded here; failures those that stopped
 	// serving because their log failed or was fenced (not a release).
 	loads, failures atomic.Int64
@@ -285,6 +293,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			b.collector = nil
 		}
 	}
+	if err := b.startPulsar(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	b.wg.Add(4)
 	go func() {
 		defer b.wg.Done()
@@ -336,6 +348,7 @@ func (b *Broker) Close() error {
 	if b.front != nil {
 		b.front.Close()
 	}
+	b.closePulsar()
 	var err error
 	if b.cluster != nil {
 		err = b.cluster.Close() // releases bundles: onRelease closes their partitions

@@ -111,7 +111,7 @@ func (b *Broker) startLoad(ctx context.Context, topicName string, idx int32, nam
 	if err != nil {
 		return nil, fmt.Errorf("partition %s: %w", name, err)
 	}
-	if idx < 0 || idx >= rec.Partitions {
+	if idx < 0 || idx >= rec.Partitions || isPulsarTopic(rec) {
 		return nil, kerr.UnknownTopicOrPartition
 	}
 	b.mu.Lock()
@@ -224,6 +224,9 @@ func (b *Broker) onAcquire(bundle catalog.Bundle) {
 		sem := make(chan struct{}, 8)
 		var wg sync.WaitGroup
 		for _, t := range topics {
+			if isPulsarTopic(t) {
+				continue // loaded on use by the Pulsar front end
+			}
 			for i := range t.Partitions {
 				name := catalog.PartitionName(b.cfg.Namespace, t.Name, i)
 				if bb, err := b.cluster.BundleOf(name); err != nil || bb != bundle {
@@ -246,6 +249,7 @@ func (b *Broker) onAcquire(bundle catalog.Bundle) {
 
 // onRelease closes the partitions of a bundle this broker no longer owns.
 func (b *Broker) onRelease(bundle catalog.Bundle) {
+	b.releasePulsar(bundle)
 	b.dropWhere(func(l *loaded) bool { return l.bundle == bundle })
 }
 

@@ -3,6 +3,8 @@ package mlog
 import (
 	"fmt"
 	"iter"
+	"slices"
+	"time"
 
 	"quire/internal/invariants"
 )
@@ -280,3 +282,91 @@ func (c *Cursor) checkInvariants() {
 func (c *Cursor) violated(format string, args ...any) {
 	panic(fmt.Sprintf("cursor %q: invariant violated: ", c.name) + fmt.Sprintf(format, args...))
 }
+
+// Reset moves the mark-delete position to md, back as well as forward, and
+// forgets every individual acknowledgement: a seek (Pulsar's reset cursor).
+// It is the one way the mark-delete position moves back, so the invariant
+// check starts afresh from it.
+func (c *Cursor) Reset(md Position) {
+	c.markDelete = md
+	c.acked = RangeSet{}
+	c.checked = false
+	c.updateLimit()
+	if invariants.Enabled {
+		c.checkInvariants()
+	}
+}
+
+// --- cursor operations of the managed ledger beyond acknowledgement ---
+
+// ClampMarkDelete returns md held within the topic: not before its start
+// (the mark-delete position of a cursor that acknowledged nothing) and not
+// after its last entry. A cursor's mark-delete position is always in that
+// range (checkCursors).
+func (t *ManagedLedger) ClampMarkDelete(md Position) Position {
+	if start := t.list.start(); md.Less(start) {
+		return start
+	}
+	if last := t.list.last(); last.Less(md) {
+		return last
+	}
+	return md
+}
+
+// ResetCursor moves the named cursor's mark-delete position to md (held
+// within the topic by ClampMarkDelete), back as well as forward, and drops
+// its individual acknowledgements: a seek. The entries after md are
+// delivered again (those of ledgers already trimmed are gone). The cursor
+// is written at the next persist, as after an acknowledgement.
+func (t *ManagedLedger) ResetCursor(name string, md Position, now time.Time) error {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
+	t.now = now
+	cs, ok := t.cursors[name]
+	if !ok {
+		return fmt.Errorf("reset %s to %s: %w", name, md, ErrNoSuchCursor)
+	}
+	if t.phase != phaseOpen {
+		return fmt.Errorf("reset %s: topic %s", name, t.phase)
+	}
+	cs.c.Reset(t.ClampMarkDelete(md))
+	cs.dirty, cs.mdMovedAt = true, now
+	return nil
+}
+
+// OpenCursorAt creates the named cursor with its mark-delete position at
+// md (held within the topic by ClampMarkDelete); an existing cursor keeps
+// its own. Unlike OpenCursor it writes the topic record naming the new
+// cursor at once when no other record write is in flight (else the next
+// Tick does), so that a Close right after it — which waits for a record
+// write in flight but starts none — keeps the subscription, and with it
+// the entries it has not acknowledged: a cursor missing from the record
+// holds nothing back from trimming.
+func (t *ManagedLedger) OpenCursorAt(name string, md Position, now time.Time) error {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
+	if _, ok := t.cursors[name]; ok {
+		return nil
+	}
+	if err := t.OpenCursor(name, true, now); err != nil {
+		return err
+	}
+	if err := t.ResetCursor(name, md, now); err != nil {
+		return err
+	}
+	if t.phase == phaseOpen && t.recordDirty && !t.recordBusy && !t.roll.active {
+		t.casRecord(pendingMeta{purpose: metaRecordSync}, slices.Clone(t.list.infos))
+	}
+	return nil
+}
+
+// HasEntry reports whether p holds an entry of the topic.
+func (t *ManagedLedger) HasEntry(p Position) bool { return t.list.exists(p) }
+
+// CursorLedgers is the topic's ledger list as the Ledgers a Cursor asks,
+// for cursors the shell keeps in memory only (a reader's non-durable
+// cursor). Its answers follow the topic, so it must only be used on the
+// goroutine that owns the topic.
+func (t *ManagedLedger) CursorLedgers() Ledgers { return &t.list }

@@ -128,6 +128,12 @@ type Topic interface {
 	// DeleteSubscription removes a cursor (UNSUBSCRIBE):
 	// ErrSubscriptionNotFound when there is none.
 	DeleteSubscription(ctx context.Context, name string) error
+	// Done is closed once the topic stops being served here (its bundle
+	// was unloaded or taken over, or its log failed). The front end then
+	// forgets it and closes its producers and consumers (CLOSE_PRODUCER,
+	// CLOSE_CONSUMER), which look the topic up again and reconnect; the
+	// next Backend.Topic for the name opens it afresh.
+	Done() <-chan struct{}
 }
 
 // Cursor is one subscription's acknowledgement state: a mark-delete position

@@ -129,6 +129,13 @@ func (c *conn) handleSubscribe(cmd *pb.CommandSubscribe) error {
 	c.mu.Lock()
 	c.consumers[cons.id] = cons
 	c.mu.Unlock()
+	if topicDone(ts) {
+		// As for producers: watchTopic may have missed this consumer.
+		if c.detach(cons) {
+			sub.removeConsumer(cons)
+		}
+		return c.sendError(reqID, errorf(ErrServiceNotReady, "topic %s is no longer served here", ts.name), "")
+	}
 	if err := c.sendSuccess(reqID); err != nil {
 		return err
 	}

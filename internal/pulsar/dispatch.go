@@ -329,6 +329,18 @@ type delivery struct {
 func (sub *subscription) run(ctx context.Context) {
 	batch := DefaultDispatchBatch
 	for ctx.Err() == nil {
+		select {
+		case <-sub.ts.topic.Done():
+			// No longer served here: watchTopic closes the consumers, and
+			// the last one leaving stops this dispatcher. Reads would only
+			// fail until then.
+			select {
+			case <-sub.wake:
+			case <-ctx.Done():
+			}
+			continue
+		default:
+		}
 		sub.mu.Lock()
 		if !sub.hasPermitsLocked() {
 			sub.mu.Unlock()

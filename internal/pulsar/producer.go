@@ -103,7 +103,7 @@ func (c *conn) handleProducer(cmd *pb.CommandProducer) error {
 	}
 	name := cmd.GetProducerName()
 	if name == "" {
-		name = fmt.Sprintf("quire-%d", c.s.producerNames.Add(1))
+		name = fmt.Sprintf("%s-%d", c.s.producerPrefix, c.s.producerNames.Add(1))
 	}
 	p := &producer{
 		id:         cmd.GetProducerId(),
@@ -125,6 +125,13 @@ func (c *conn) handleProducer(cmd *pb.CommandProducer) error {
 	c.mu.Lock()
 	c.producers[p.id] = p
 	c.mu.Unlock()
+	if topicDone(ts) {
+		// The topic stopped being served after we found it, and watchTopic
+		// may have closed its producers before this one joined.
+		ts.removeProducer(p)
+		c.detachProducer(p)
+		return c.sendError(reqID, errorf(ErrServiceNotReady, "topic %s is no longer served here", ts.name), "")
+	}
 	return c.sendProducerSuccess(reqID, p)
 }
 
@@ -138,6 +145,28 @@ func (c *conn) sendProducerSuccess(reqID uint64, p *producer) error {
 		LastSequenceId: proto.Int64(last),
 		ProducerReady:  proto.Bool(true),
 	}})
+}
+
+// topicDone reports whether the Backend stopped serving the topic.
+func topicDone(ts *topicState) bool {
+	select {
+	case <-ts.topic.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// detachProducer removes a producer from this connection's table; it
+// reports whether it was there.
+func (c *conn) detachProducer(p *producer) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.producers[p.id] != p {
+		return false
+	}
+	delete(c.producers, p.id)
+	return true
 }
 
 func (c *conn) handleCloseProducer(cmd *pb.CommandCloseProducer) error {

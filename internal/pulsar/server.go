@@ -17,6 +17,10 @@
 // entries and pushes MESSAGE frames onto its consumers' queues within their
 // permits. The writer also keeps the connection alive: it pings a quiet
 // client and closes one that does not answer within a keep-alive interval.
+// Each open topic has a watcher goroutine: when the Backend stops serving
+// the topic (an unload, a takeover) it forgets the topic and closes its
+// producers and consumers with CLOSE_PRODUCER / CLOSE_CONSUMER, so the
+// clients look it up again (watchTopic).
 //
 // Commands and their deviations from Apache Pulsar are listed in the header
 // of the file that serves them (connect.go, producer.go, consumer.go).
@@ -31,6 +35,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "quire/internal/pulsar/pulsarpb"
 )
 
 // Defaults for the zero values of Config's limits.
@@ -80,6 +88,13 @@ type Config struct {
 	// long and closes the connection when the next interval passes without
 	// a frame from it.
 	KeepAliveInterval time.Duration
+	// ProducerNamePrefix starts the names given to producers that bring
+	// none: "<prefix>-<n>" (default "quire"). Deduplication keys on the
+	// name, so a broker must make it unique across brokers and restarts
+	// (Pulsar draws it from a cluster-wide id generator): else a new
+	// producer could inherit an old one's sequence ids and see its first
+	// messages dropped as duplicates.
+	ProducerNamePrefix string
 	// MaxUnackedPerConsumer bounds the messages delivered to one consumer
 	// and not yet acknowledged: at the bound it gets nothing more until it
 	// acknowledges. It also bounds the delivery state kept per consumer.
@@ -105,8 +120,9 @@ type Server struct {
 	cancel context.CancelFunc
 
 	// producerNames numbers the names generated for producers that bring
-	// none.
-	producerNames atomic.Uint64
+	// none; producerPrefix starts them.
+	producerNames  atomic.Uint64
+	producerPrefix string
 
 	mu        sync.Mutex
 	closed    bool
@@ -161,6 +177,10 @@ func New(cfg Config) (*Server, error) {
 	s.maxUnackedPerConsumer = cfg.MaxUnackedPerConsumer
 	if s.maxUnackedPerConsumer <= 0 {
 		s.maxUnackedPerConsumer = DefaultMaxUnackedPerConsumer
+	}
+	s.producerPrefix = cfg.ProducerNamePrefix
+	if s.producerPrefix == "" {
+		s.producerPrefix = "quire"
 	}
 	s.advertisedURL.Store(cfg.AdvertisedURL)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -312,8 +332,8 @@ type topicState struct {
 }
 
 // topicState returns the state of a topic, opening it through the Backend
-// the first time. The map keeps a topic for the server's life (a later
-// slice drops topics the Backend stops serving).
+// the first time. The map keeps a topic until the Backend stops serving it
+// (Topic.Done: see watchTopic).
 func (s *Server) topicState(ctx context.Context, name string, create bool) (*topicState, error) {
 	s.topicsMu.Lock()
 	ts := s.topics[name]
@@ -336,6 +356,65 @@ func (s *Server) topicState(ctx context.Context, name string, create bool) (*top
 		producers: make(map[string]*producer),
 		subs:      make(map[string]*subscription),
 	}
+	if !s.goDispatch(func() { s.watchTopic(ts) }) {
+		return nil, errorf(ErrServiceNotReady, "broker closing")
+	}
 	s.topics[name] = ts
 	return ts, nil
+}
+
+// watchTopic waits until the Backend stops serving ts (or the server
+// closes), then forgets the topic and closes its producers and consumers,
+// telling their clients (CLOSE_PRODUCER, CLOSE_CONSUMER) so that they look
+// the topic up again and reconnect — to this broker, which opens the topic
+// afresh, or to its new owner. Their sends and acknowledgements in flight
+// fail on the closed topic and are retried by the clients.
+func (s *Server) watchTopic(ts *topicState) {
+	select {
+	case <-ts.topic.Done():
+	case <-s.ctx.Done():
+		return // Close closes every connection
+	}
+	s.topicsMu.Lock()
+	if s.topics[ts.name] == ts {
+		delete(s.topics, ts.name)
+	}
+	s.topicsMu.Unlock()
+	ts.mu.Lock()
+	producers := make([]*producer, 0, len(ts.producers))
+	for _, p := range ts.producers {
+		producers = append(producers, p)
+	}
+	subs := make([]*subscription, 0, len(ts.subs))
+	for _, sub := range ts.subs {
+		subs = append(subs, sub)
+	}
+	ts.mu.Unlock()
+	s.log.Info("topic no longer served here; closing its producers and consumers", "topic", ts.name,
+		"producers", len(producers), "subscriptions", len(subs))
+	for _, p := range producers {
+		ts.removeProducer(p)
+		if !p.conn.detachProducer(p) {
+			continue
+		}
+		_ = p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pb.CommandCloseProducer{
+			ProducerId: proto.Uint64(p.id),
+			RequestId:  proto.Uint64(0),
+		}}) // a closed connection has nobody to tell
+	}
+	for _, sub := range subs {
+		sub.mu.Lock()
+		consumers := append([]*consumer(nil), sub.consumers...)
+		sub.mu.Unlock()
+		for _, k := range consumers {
+			if !k.conn.detach(k) {
+				continue
+			}
+			sub.removeConsumer(k)
+			_ = k.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{
+				ConsumerId: proto.Uint64(k.id),
+				RequestId:  proto.Uint64(0),
+			}})
+		}
+	}
 }

@@ -2,6 +2,7 @@ package mlogclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -293,6 +294,76 @@ func (c *Cursor) Unacked(ctx context.Context, from mlog.Position, maxEntries int
 		}
 	})
 	return out, err
+}
+
+// OpenCursorAt opens the named cursor, creating it when absent with its
+// mark-delete position at markDelete (held within the topic: before its
+// first entry at the most, after its last at the least — so mlog.Position
+// {-1, -1} starts at the beginning and one past the end at the end). An
+// existing cursor keeps its position.
+func (t *ManagedLedger) OpenCursorAt(ctx context.Context, name string, markDelete mlog.Position) (*Cursor, error) {
+	var err error
+	if cerr := t.call(ctx, func() { err = t.core.OpenCursorAt(name, markDelete, time.Now()) }); cerr != nil {
+		return nil, cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Cursor{t: t, name: name}, nil
+}
+
+// DeleteCursor removes the named cursor (mlog.ErrNoSuchCursor when there is
+// none): its acknowledgements no longer hold back trimming.
+func (t *ManagedLedger) DeleteCursor(ctx context.Context, name string) error {
+	var err error
+	if cerr := t.call(ctx, func() { err = t.core.DeleteCursor(name, time.Now()) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// Name is the cursor's (subscription's) name.
+func (c *Cursor) Name() string { return c.name }
+
+// AckAll acknowledges every position of ps individually, in one trip to the
+// topic's goroutine. Positions that hold no entry (mlog.ErrNoSuchEntry:
+// trimmed, or never written) are skipped; the first other error is returned
+// after the rest were applied.
+func (c *Cursor) AckAll(ctx context.Context, ps []mlog.Position) error {
+	var first error
+	if cerr := c.t.call(ctx, func() {
+		now := time.Now()
+		for _, p := range ps {
+			if err := c.t.core.Ack(c.name, p, now); err != nil && !errors.Is(err, mlog.ErrNoSuchEntry) && first == nil {
+				first = err
+			}
+		}
+	}); cerr != nil {
+		return cerr
+	}
+	return first
+}
+
+// IsAcked reports whether p is acknowledged (false when the cursor is gone).
+func (c *Cursor) IsAcked(ctx context.Context, p mlog.Position) (bool, error) {
+	var acked bool
+	err := c.t.call(ctx, func() {
+		if cur, ok := c.t.core.Cursor(c.name); ok {
+			acked = cur.IsAcked(p)
+		}
+	})
+	return acked, err
+}
+
+// Reset moves the cursor's mark-delete position to markDelete, back or
+// forward (held within the topic), and drops its individual
+// acknowledgements: a seek.
+func (c *Cursor) Reset(ctx context.Context, markDelete mlog.Position) error {
+	var err error
+	if cerr := c.t.call(ctx, func() { err = c.t.core.ResetCursor(c.name, markDelete, time.Now()) }); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // entryCache keeps the most recent entries for tailing readers: a map plus

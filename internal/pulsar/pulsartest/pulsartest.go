@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"quire/internal/pulsar"
 )
@@ -30,6 +31,9 @@ type Backend struct {
 
 	mu     sync.Mutex
 	topics map[string]*Topic
+	// ledgerIDs hands out ledger ids across topics, as a cluster does, so
+	// a topic opened again after Unload never reuses a position.
+	ledgerIDs atomic.Int64
 }
 
 var _ pulsar.Backend = (*Backend)(nil)
@@ -80,13 +84,32 @@ func (b *Backend) createLocked(name string) *Topic {
 		name:             name,
 		dedup:            b.Deduplication,
 		entriesPerLedger: b.EntriesPerLedger,
-		ledger:           1,
+		ledgerIDs:        &b.ledgerIDs,
+		ledger:           b.ledgerIDs.Add(1),
 		lastSequence:     make(map[string]int64),
 		cursors:          make(map[string]*Cursor),
 		grew:             make(chan struct{}),
+		done:             make(chan struct{}),
 	}
 	b.topics[name] = t
 	return t
+}
+
+// Unload stops serving a topic, as a broker does when its bundle moves:
+// the topic's Done closes and the next Topic call creates it anew, empty
+// (nothing here is durable). It reports whether the topic existed.
+func (b *Backend) Unload(name string) bool {
+	b.mu.Lock()
+	t := b.topics[name]
+	delete(b.topics, name)
+	b.mu.Unlock()
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	close(t.done)
+	t.mu.Unlock()
+	return true
 }
 
 // Topic is one in-memory topic.
@@ -97,13 +120,19 @@ type Topic struct {
 
 	mu           sync.Mutex
 	entries      []pulsar.Entry // in position order
+	ledgerIDs    *atomic.Int64
 	ledger       int64
 	inLedger     int
 	lastSequence map[string]int64
 	cursors      map[string]*Cursor
 	// grew is closed (and replaced) on every append.
 	grew chan struct{}
+	// done is closed by Backend.Unload.
+	done chan struct{}
 }
+
+// Done implements pulsar.Topic.
+func (t *Topic) Done() <-chan struct{} { return t.done }
 
 var _ pulsar.Topic = (*Topic)(nil)
 
@@ -114,8 +143,16 @@ func (t *Topic) Append(ctx context.Context, data []byte, info pulsar.AppendInfo,
 		return err
 	}
 	t.mu.Lock()
+	select {
+	case <-t.done:
+		// Unloaded: as a closed managed ledger, take nothing more.
+		t.mu.Unlock()
+		done(pulsar.AppendResult{Err: fmt.Errorf("%w: topic %s unloaded", pulsar.ErrServiceNotReady, t.name)})
+		return nil
+	default:
+	}
 	if t.entriesPerLedger > 0 && t.inLedger == t.entriesPerLedger {
-		t.ledger++
+		t.ledger = t.ledgerIDs.Add(1)
 		t.inLedger = 0
 	}
 	id := pulsar.MessageID{LedgerID: t.ledger, EntryID: int64(t.inLedger)}
@@ -211,6 +248,11 @@ func (t *Topic) Wait(after pulsar.MessageID) <-chan struct{} {
 		done := make(chan struct{})
 		close(done)
 		return done
+	}
+	select {
+	case <-t.done:
+		return t.done
+	default:
 	}
 	return t.grew
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pulsartest_test
+
+const raceEnabled = false
