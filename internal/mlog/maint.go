@@ -544,6 +544,15 @@ func (t *ManagedLedger) tryFinishClose() {
 		}
 	}
 	if t.closing.ledgerClosed && !t.recordBusy {
+		if t.recordDirty && !t.closing.recordWritten {
+			// A cursor opened or deleted since the record was last written:
+			// write it now, or the next owner would not know of the
+			// subscription and trim what it has not acknowledged. Once: if
+			// the write fails, the close ends all the same.
+			t.closing.recordWritten = true
+			t.casRecord(pendingMeta{purpose: metaRecordSync}, slices.Clone(t.list.infos))
+			return
+		}
 		t.phase = phaseClosed
 		t.event(EventClosed, "", nil, "")
 	}

@@ -132,6 +132,9 @@ type rollState struct {
 type closeState struct {
 	ledgerClosing bool
 	ledgerClosed  bool
+	// recordWritten: the record was written once more at close, because
+	// it was dirty (a cursor opened or deleted since the last write).
+	recordWritten bool
 }
 
 type queuedAppend struct {

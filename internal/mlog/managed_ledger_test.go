@@ -513,6 +513,33 @@ func TestManagedLedgerCloseFlushesCursors(t *testing.T) {
 	}
 }
 
+// A subscription created just before a clean close, with no tick in
+// between to write the topic record that names it: the close writes the
+// record, so the next owner keeps the subscription (and does not trim what
+// it has not acknowledged).
+func TestManagedLedgerCloseWritesANewCursorIntoTheRecord(t *testing.T) {
+	e := newFakeEnv(t)
+	a := e.newOwner(Config{Owner: "a", Rollover: noRoll})
+	a.open()
+	a.append(3, 10)
+	if err := a.tp.OpenCursor("late", true, e.now); err != nil {
+		t.Fatal(err)
+	}
+	a.tp.Close(e.now)
+	a.drive()
+	if done, err := a.tp.Done(); !done || err != nil {
+		t.Fatalf("close: %v %v (%s)", done, err, a.tp.Phase())
+	}
+	if rec := e.record("t"); !slices.Contains(rec.Cursors, "late") {
+		t.Fatalf("the record after close names cursors %v, not the one opened before it", rec.Cursors)
+	}
+	b := e.newOwner(Config{Owner: "b", Rollover: noRoll})
+	b.open()
+	if _, ok := b.tp.Cursor("late"); !ok {
+		t.Fatal("the next owner does not know the subscription opened before the close")
+	}
+}
+
 func TestManagedLedgerAckValidation(t *testing.T) {
 	e, o, ls := threeLedgers(t, Config{})
 	if err := o.tp.Ack("sub", Position{ls[2].ID, 5}, e.now); !errors.Is(err, ErrNoSuchEntry) {
