@@ -74,6 +74,10 @@ type Config struct {
 	// (default 256 MiB).
 	ReadAheadBytes       int64
 	ReadAheadBudgetBytes int64
+	// TailCacheBudgetBytes bounds the caches of recent entries (tailing
+	// readers are served from them; 32 MiB each at most) over every
+	// partition and Pulsar topic of the broker (default 512 MiB).
+	TailCacheBudgetBytes int64
 	// MaxQueuedAppends bounds each partition's appends waiting for its
 	// ledger writer (which takes ledgerclient's MaxInFlight at a time);
 	// produces beyond it wait for room (default mlog.DefaultMaxQueuedAppends).
@@ -128,6 +132,9 @@ type Timeouts struct {
 // DefaultReadAheadBudgetBytes is Config.ReadAheadBudgetBytes' default.
 const DefaultReadAheadBudgetBytes = 256 << 20
 
+// DefaultTailCacheBudgetBytes is Config.TailCacheBudgetBytes' default.
+const DefaultTailCacheBudgetBytes = 512 << 20
+
 // DefaultTimeouts returns the defaults of every Timeouts field.
 func DefaultTimeouts() Timeouts {
 	return Timeouts{MetadataOwners: 2 * time.Second, Coordinator: 5 * time.Second,
@@ -179,6 +186,7 @@ type Broker struct {
 	parts map[string]*loaded // by partition name
 
 	readAhead *mlogclient.ReadAheadBudget
+	tailCache *mlogclient.ReadAheadBudget // every managed ledger's entry cache
 
 	// storage is the gate that refuses produces while the bookies cannot
 	// take writes (storage.go); produceRefused counts the refusals.
@@ -227,6 +235,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.ReadAheadBudgetBytes <= 0 {
 		cfg.ReadAheadBudgetBytes = DefaultReadAheadBudgetBytes
 	}
+	if cfg.TailCacheBudgetBytes <= 0 {
+		cfg.TailCacheBudgetBytes = DefaultTailCacheBudgetBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -242,7 +253,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	bctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("component", "broker"), admin: catalog.New(cfg.Store),
 		ctx: bctx, cancel: cancel, parts: map[string]*loaded{},
-		readAhead: mlogclient.NewReadAheadBudget(cfg.ReadAheadBudgetBytes), storage: newStorageGate()}
+		readAhead: mlogclient.NewReadAheadBudget(cfg.ReadAheadBudgetBytes), tailCache: mlogclient.NewReadAheadBudget(cfg.TailCacheBudgetBytes),
+		storage: newStorageGate()}
 	if err := b.admin.EnsureDefaults(ctx); err != nil {
 		cancel()
 		return nil, fmt.Errorf("server: %w", err)

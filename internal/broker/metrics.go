@@ -18,7 +18,7 @@ type collector struct {
 	refused, writableBookies              *prometheus.Desc
 	inFlight, queuedTotal, busy           *prometheus.Desc
 	aheadHits, aheadFetched, aheadBytes   *prometheus.Desc
-	aheadBudget                           *prometheus.Desc
+	aheadBudget, tailCache                *prometheus.Desc
 }
 
 func newCollector(b *Broker) *collector {
@@ -41,6 +41,7 @@ func newCollector(b *Broker) *collector {
 		aheadFetched:    prometheus.NewDesc("quire_topic_read_ahead_fetched_total", "Entries fetched ahead for readers behind the tail.", l, nil),
 		aheadBytes:      prometheus.NewDesc("quire_topic_read_ahead_bytes", "Bytes the topic's read-ahead holds.", l, nil),
 		aheadBudget:     prometheus.NewDesc("quire_broker_read_ahead_bytes", "Bytes held by the read-ahead of every partition served here (bounded by the broker's read-ahead budget).", nil, nil),
+		tailCache:       prometheus.NewDesc("quire_broker_tail_cache_bytes", "Bytes held by the caches of recent entries of every partition and Pulsar topic served here (bounded by the broker's tail-cache budget).", nil, nil),
 		loads:           prometheus.NewDesc("quire_broker_partition_loads_total", "Partitions loaded (taken over) by this broker.", nil, nil),
 		refused:         prometheus.NewDesc("quire_broker_produce_refused_total", "Produced batches answered NOT_ENOUGH_REPLICAS because too few bookies were writable (disks full).", nil, nil),
 		writableBookies: prometheus.NewDesc("quire_broker_writable_bookies", "Registered bookies that take writes, as the broker last read the registry.", nil, nil),
@@ -49,7 +50,7 @@ func newCollector(b *Broker) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadBytes, c.aheadBudget, c.refused, c.writableBookies} {
+	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadBytes, c.aheadBudget, c.tailCache, c.refused, c.writableBookies} {
 		ch <- d
 	}
 }
@@ -57,6 +58,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.owned, prometheus.GaugeValue, float64(len(c.b.cluster.OwnedBundles())))
 	ch <- prometheus.MustNewConstMetric(c.aheadBudget, prometheus.GaugeValue, float64(c.b.readAhead.InUse()))
+	ch <- prometheus.MustNewConstMetric(c.tailCache, prometheus.GaugeValue, float64(c.b.tailCache.InUse()))
 	ch <- prometheus.MustNewConstMetric(c.loads, prometheus.CounterValue, float64(c.b.loads.Load()))
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(c.b.failures.Load()))
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.b.produceRefused.Load()))

@@ -145,7 +145,7 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 	mcfg := mlogclient.Config{
 		Ledgers: b.cfg.Ledgers, Store: b.cfg.Store, Core: topicSettings(rec.Configs),
 		Ensemble: pol.Persistence.Ensemble, WriteQuorum: pol.Persistence.WriteQuorum, AckQuorum: pol.Persistence.AckQuorum,
-		ReadAheadBytes: b.cfg.ReadAheadBytes, ReadAheadBudget: b.readAhead, Logger: b.cfg.Logger,
+		ReadAheadBytes: b.cfg.ReadAheadBytes, ReadAheadBudget: b.readAhead, CacheBudget: b.tailCache, Logger: b.cfg.Logger,
 	}
 	mcfg.Core.Owner = fmt.Sprintf("broker-%d", b.cluster.Self().ID)
 	mcfg.Core.MaxQueuedAppends = b.cfg.MaxQueuedAppends

@@ -425,7 +425,7 @@ func (pb *pulsarBackend) load(t *pulsarTopic) {
 	mcfg := mlogclient.Config{
 		Ledgers: b.cfg.Ledgers, Store: b.cfg.Store, Core: pulsarSettings(pol),
 		Ensemble: pol.Persistence.Ensemble, WriteQuorum: pol.Persistence.WriteQuorum, AckQuorum: pol.Persistence.AckQuorum,
-		ReadAheadBytes: b.cfg.ReadAheadBytes, ReadAheadBudget: b.readAhead, Logger: b.cfg.Logger,
+		ReadAheadBytes: b.cfg.ReadAheadBytes, ReadAheadBudget: b.readAhead, CacheBudget: b.tailCache, Logger: b.cfg.Logger,
 	}
 	mcfg.Core.Owner = fmt.Sprintf("broker-%d", b.ID())
 	mcfg.Core.MaxQueuedAppends = b.cfg.MaxQueuedAppends

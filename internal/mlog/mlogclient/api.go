@@ -366,12 +366,12 @@ func (c *Cursor) Reset(ctx context.Context, markDelete mlog.Position) error {
 	return err
 }
 
-// entryCache keeps the most recent entries for tailing readers: a map plus
-// a ring of positions in insertion order, evicting the oldest. Owned by the
-// loop goroutine.
-// entryCache keeps the most recent entries, first in first out, bounded
-// both by count and by bytes: a Kafka batch can be a megabyte, so a count
-// alone would let 10,000 of them take 10 GB.
+// entryCache keeps the most recent entries for tailing readers, first in
+// first out: a map plus a ring of positions in insertion order. Bounded by
+// count and by bytes (a Kafka batch can be a megabyte, so a count alone
+// would let 10,000 of them take 10 GB) and, with a budget, by the bytes
+// every cache sharing it holds (a broker's caches, however many partitions
+// it serves). Owned by the loop goroutine.
 type entryCache struct {
 	entries  map[mlog.Position][]byte
 	order    []mlog.Position // oldest first, from head
@@ -379,29 +379,64 @@ type entryCache struct {
 	bytes    int64
 	maxCount int
 	maxBytes int64
+	budget   *ReadAheadBudget // nil: none
 }
 
-func newEntryCache(maxCount int, maxBytes int64) entryCache {
-	return entryCache{entries: make(map[mlog.Position][]byte), maxCount: maxCount, maxBytes: maxBytes}
+func newEntryCache(maxCount int, maxBytes int64, budget *ReadAheadBudget) entryCache {
+	return entryCache{entries: make(map[mlog.Position][]byte), maxCount: maxCount, maxBytes: maxBytes, budget: budget}
 }
 
 func (c *entryCache) put(p mlog.Position, payload []byte) {
-	if _, ok := c.entries[p]; ok || int64(len(payload)) > c.maxBytes {
+	n := int64(len(payload))
+	if _, ok := c.entries[p]; ok || n > c.maxBytes {
 		return
+	}
+	if c.budget != nil {
+		// Room from the shared budget, making it from this cache's own
+		// oldest entries if need be; without it the entry stays out.
+		for !c.budget.tryTake(n) {
+			if !c.evictOldest() {
+				return
+			}
+		}
 	}
 	c.entries[p] = payload
 	c.order = append(c.order, p)
-	c.bytes += int64(len(payload))
+	c.bytes += n
 	for len(c.entries) > c.maxCount || c.bytes > c.maxBytes {
+		c.evictOldest()
+	}
+}
+
+// evictOldest drops the oldest entry; false when the cache is empty.
+func (c *entryCache) evictOldest() bool {
+	if len(c.entries) == 0 {
+		return false
+	}
+	for {
 		old := c.order[c.head]
 		c.head++
-		c.bytes -= int64(len(c.entries[old]))
-		delete(c.entries, old)
+		if b, ok := c.entries[old]; ok {
+			c.bytes -= int64(len(b))
+			delete(c.entries, old)
+			if c.budget != nil {
+				c.budget.give(int64(len(b)))
+			}
+			break
+		}
 	}
 	if c.head > len(c.order)/2 && c.head > 1024 {
 		c.order = append([]mlog.Position(nil), c.order[c.head:]...)
 		c.head = 0
 	}
+	return true
+}
+
+// drop empties the cache, giving its budget back.
+func (c *entryCache) drop() {
+	for c.evictOldest() {
+	}
+	c.order, c.head = nil, 0
 }
 
 func (c *entryCache) get(p mlog.Position) ([]byte, bool) {

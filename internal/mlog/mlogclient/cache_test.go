@@ -10,7 +10,7 @@ import (
 )
 
 func TestEntryCacheIsBoundedByCountAndBytes(t *testing.T) {
-	c := newEntryCache(100, 1000)
+	c := newEntryCache(100, 1000, nil)
 	pos := func(i int) mlog.Position { return mlog.Position{LedgerID: 1, EntryID: int64(i)} }
 	// 10 entries of 300 bytes: the byte bound keeps the newest 3.
 	for i := range 10 {
@@ -41,6 +41,42 @@ func TestEntryCacheIsBoundedByCountAndBytes(t *testing.T) {
 	}
 	if len(c.order)-c.head != 100 {
 		t.Fatalf("order holds %d live positions", len(c.order)-c.head)
+	}
+}
+
+// TestEntryCachesShareABudget: two caches under one budget hold no more
+// than it together. A cache that needs room evicts its own oldest entries
+// (never the other's) and keeps an entry out when that is not enough; a
+// dropped cache gives its bytes back.
+func TestEntryCachesShareABudget(t *testing.T) {
+	budget := NewReadAheadBudget(1000)
+	a, b := newEntryCache(100, 800, budget), newEntryCache(100, 800, budget)
+	pos := func(i int) mlog.Position { return mlog.Position{LedgerID: 1, EntryID: int64(i)} }
+	for i := range 6 {
+		a.put(pos(i), make([]byte, 100)) // a holds 600
+	}
+	for i := range 6 {
+		b.put(pos(i), make([]byte, 100)) // b gets 400, then evicts its own
+	}
+	if a.bytes+b.bytes > budget.Size() || budget.InUse() != a.bytes+b.bytes {
+		t.Fatalf("caches hold %d + %d bytes, budget %d in use of %d", a.bytes, b.bytes, budget.InUse(), budget.Size())
+	}
+	if a.bytes != 600 || b.bytes != 400 {
+		t.Fatalf("a holds %d, b %d: want 600 and 400 (b evicts only its own)", a.bytes, b.bytes)
+	}
+	if _, ok := b.get(pos(5)); !ok {
+		t.Fatal("b's newest entry was not kept")
+	}
+	// An entry larger than the budget left after b's own entries are gone
+	// stays out.
+	b.put(pos(100), make([]byte, 500))
+	if _, ok := b.get(pos(100)); ok || b.bytes != 0 {
+		t.Fatalf("b kept an entry the budget has no room for (b holds %d)", b.bytes)
+	}
+	a.drop()
+	b.drop()
+	if budget.InUse() != 0 {
+		t.Fatalf("%d bytes of budget held after both caches were dropped", budget.InUse())
 	}
 }
 

@@ -50,6 +50,11 @@ type Config struct {
 	// (default 10,000 entries and 32 MiB, whichever is reached first).
 	CacheEntries int
 	CacheBytes   int64
+	// CacheBudget, when set, bounds the caches of every managed ledger
+	// sharing it (one per broker): a cache that cannot take budget for an
+	// entry evicts its own oldest first, and keeps the entry out if that
+	// is not enough (tailing readers then read it from the bookies).
+	CacheBudget *ReadAheadBudget
 	// ReadAheadBytes bounds the entries fetched ahead for readers behind
 	// the tail (default DefaultReadAheadBytes; negative: no read-ahead);
 	// ReadAheadBudget bounds them over every managed ledger sharing it
@@ -139,7 +144,7 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		ctx: opsCtx, cancel: cancel, permits: make(chan struct{}, cfg.Core.MaxQueuedAppends),
 		core: mlog.New(cfg.Core), writers: map[int64]*ledgerclient.Writer{},
 		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]func(mlog.AppendAck){},
-		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes), metadata: newMetadataCache(1024),
+		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes, cfg.CacheBudget), metadata: newMetadataCache(1024),
 	}
 	if cfg.ReadAheadBytes == 0 {
 		cfg.ReadAheadBytes = DefaultReadAheadBytes
@@ -156,6 +161,7 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		Ready:  t.process,
 		Stopped: func() {
 			t.failWaiters(mlog.ErrClosed)
+			t.cache.drop() // its budget back to the broker
 			if t.readAhead != nil {
 				t.readAhead.drop()
 			}

@@ -121,7 +121,7 @@ func TestAppendAcrossRolloversAndRead(t *testing.T) {
 			t.Fatalf("entry %d: %v %q, want %v", i, e.Pos, e.Payload, positions[i])
 		}
 	}
-	if err := tp.call(ctx, func() { tp.cache = newEntryCache(1, 1<<20) }); err != nil {
+	if err := tp.call(ctx, func() { tp.cache = newEntryCache(1, 1<<20, nil) }); err != nil {
 		t.Fatal(err)
 	}
 	cold := readAll(t, ctx, tp, mlog.Position{})
