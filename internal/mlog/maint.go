@@ -318,9 +318,18 @@ func (t *ManagedLedger) onOwnerChecked(name string, res MetaResult) {
 	if res.Err != nil || cs == nil {
 		return // cursor stays dirty: the next persist tries again
 	}
-	if ptr, ok := DecodeCursorPointer(res.Value); !ok || ptr.Epoch != int64(t.epoch) {
+	ptr, ok := DecodeCursorPointer(res.Value)
+	if !ok || ptr.Epoch > int64(t.epoch) {
 		t.fail(fmt.Errorf("topic %s: cursor %s written by another owner: %w", t.cfg.Name, name, ErrFenced))
 		return
+	}
+	if ptr.Epoch < int64(t.epoch) && cs.pointed == 0 {
+		// A pointer an earlier owner left for a cursor the record does not
+		// name (it crashed between the two writes, or closed before the
+		// record named the cursor): the subscription did not exist when we
+		// took the topic over, so ours replaces it, and its cursor ledger
+		// goes once our pointer has moved off it.
+		cs.pointed = ptr.Ledger
 	}
 	cs.version, cs.lastPersist = res.Version, time.Time{} // rewrite at once
 }

@@ -540,6 +540,40 @@ func TestManagedLedgerCloseWritesANewCursorIntoTheRecord(t *testing.T) {
 	}
 }
 
+// A cursor pointer an earlier owner left for a subscription the record
+// does not name (it crashed between writing the pointer and the record):
+// when a client creates the subscription again, the new owner's first
+// persist finds the key taken. An older owner's pointer does not fence it:
+// it overwrites the pointer. (Before, the topic failed as fenced, on every
+// load, for as long as a client used that name.)
+func TestManagedLedgerOrphanCursorPointerIsReplaced(t *testing.T) {
+	e := newFakeEnv(t)
+	a := e.newOwner(Config{Owner: "a", Rollover: noRoll})
+	a.open()
+	a.append(3, 10)
+	key := CursorKey("t", "orphan")
+	e.store[key] = fakeKV{CursorPointer{Ledger: 999, Entry: -1, Epoch: 0}.marshal(), 1}
+	b := e.newOwner(Config{Owner: "b", Rollover: noRoll, CursorPersistInterval: time.Second})
+	b.open()
+	if err := b.tp.OpenCursor("orphan", true, e.now); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		e.advance(time.Second)
+		b.tick()
+	}
+	if err := b.tp.Err(); err != nil || b.tp.Phase() != "open" {
+		t.Fatalf("new owner %s: %v", b.tp.Phase(), err)
+	}
+	ptr, ok := DecodeCursorPointer(e.store[key].value)
+	if !ok || ptr.Epoch == 0 {
+		t.Fatalf("the orphan pointer was not replaced: %+v", ptr)
+	}
+	if !slices.Contains(e.record("t").Cursors, "orphan") {
+		t.Fatalf("the record does not name the subscription: %v", e.record("t").Cursors)
+	}
+}
+
 func TestManagedLedgerAckValidation(t *testing.T) {
 	e, o, ls := threeLedgers(t, Config{})
 	if err := o.tp.Ack("sub", Position{ls[2].ID, 5}, e.now); !errors.Is(err, ErrNoSuchEntry) {
