@@ -61,6 +61,7 @@ and the defaults shown in each command's --help.`,
 		newPerfCommand(),
 		newSimCommand(),
 		newPlanCommand(),
+		newChaosCommand(),
 	)
 	return root
 }

@@ -46,6 +46,7 @@ var thirdParty = map[string][]string{
 	"cobra":       {"github.com/spf13/cobra"},
 	"pflag":       {"github.com/spf13/pflag"},
 	"yaml":        {"sigs.k8s.io/yaml"},
+	"porcupine":   {"github.com/anishathalye/porcupine"},
 }
 
 // standardLibrary is the "may import" cell of a package that imports

@@ -1,0 +1,99 @@
+package chaos
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestScheduleReplays: a seed fixes the schedule (so a failing run can be
+// replayed), different seeds differ, and every fault is bounded and ends
+// before the run's tail.
+func TestScheduleReplays(t *testing.T) {
+	targets := []string{"meta1", "meta2", "meta3", "bookie1", "bookie2", "bookie3", "bookie4", "broker1", "broker2"}
+	a := Schedule(7, 10*time.Minute, FaultKinds, targets)
+	b := Schedule(7, 10*time.Minute, FaultKinds, []string{"broker2", "broker1", "bookie4", "bookie3", "bookie2", "bookie1", "meta3", "meta2", "meta1"})
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("the same seed gave two schedules:\n%v\n%v", a, b)
+	}
+	if reflect.DeepEqual(a, Schedule(8, 10*time.Minute, FaultKinds, targets)) {
+		t.Fatal("seeds 7 and 8 gave the same schedule")
+	}
+	kinds := map[FaultKind]int{}
+	var end time.Duration
+	for _, f := range a {
+		kinds[f.Kind]++
+		if f.At < end+gapMin || f.For < faultMin || f.For > faultMax {
+			t.Fatalf("fault %v at %v overlaps the previous (ended %v) or is out of bounds", f, f.At, end)
+		}
+		end = f.At + f.For
+	}
+	if end > 10*time.Minute-scheduleTail {
+		t.Fatalf("last fault ends at %v", end)
+	}
+	if len(kinds) != len(FaultKinds) {
+		t.Fatalf("10 minutes of faults used only %v", kinds)
+	}
+}
+
+func TestParseNemesis(t *testing.T) {
+	if k, err := ParseNemesis("kill, partition"); err != nil || !reflect.DeepEqual(k, []FaultKind{FaultKill, FaultPartition}) {
+		t.Fatalf("%v %v", k, err)
+	}
+	for _, bad := range []string{"", "kill,flood"} {
+		if _, err := ParseNemesis(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+	if _, err := ParseNemesis("kill,disk-full"); err == nil || !strings.Contains(err.Error(), "not yet") {
+		t.Fatalf("disk-full: %v", err)
+	}
+}
+
+func TestConfigRefusesISR(t *testing.T) {
+	c := Config{Mode: "isr", Duration: time.Minute}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "not yet") {
+		t.Fatalf("isr: %v", err)
+	}
+	c = Config{Mode: "ledger", Duration: time.Minute}
+	if err := c.Validate(); err != nil || c.Bookies != 5 || c.Brokers != 2 {
+		t.Fatalf("ledger defaults: %+v %v", c, err)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestSplitKeepsEtcdQuorum: a split's minority side is never empty, never
+// more than half the targets, and never holds two etcd members (the
+// majority side, where the clients are, keeps etcd's quorum).
+func TestSplitKeepsEtcdQuorum(t *testing.T) {
+	targets := []string{"meta1", "meta2", "meta3", "bookie1", "bookie2", "bookie3", "bookie4", "bookie5", "broker1", "broker2"}
+	splits := 0
+	for seed := int64(0); seed < 200; seed++ {
+		for _, f := range Schedule(seed, 5*time.Minute, []FaultKind{FaultSplit}, targets) {
+			splits++
+			side := strings.Split(f.Target, "+")
+			metas := 0
+			for _, n := range side {
+				if strings.HasPrefix(n, "meta") {
+					metas++
+				}
+			}
+			if len(side) == 0 || len(side) > len(targets)/2 || metas > 1 {
+				t.Fatalf("seed %d: minority %v", seed, side)
+			}
+		}
+	}
+	if splits == 0 {
+		t.Fatal("no splits scheduled")
+	}
+}
