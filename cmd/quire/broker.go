@@ -20,6 +20,7 @@ import (
 	"quire/internal/ledger/ledgerclient"
 	"quire/internal/meta"
 	"quire/internal/partition"
+	"quire/internal/sim"
 )
 
 // brokerFlags configure a broker, shared by `quire broker` and
@@ -29,6 +30,7 @@ type brokerFlags struct {
 	kafkaAddr         string
 	kafkaAdvertised   string
 	pulsarAddr        string
+	ledgerMutant      string
 	pulsarAdvertised  string
 	zone              string
 	namespace         string
@@ -51,6 +53,8 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.kafkaAdvertised, "kafka-advertised-addr", "", "host:port clients are told to connect to (default: the listen address)")
 	f.StringVar(&b.pulsarAddr, "pulsar-addr", pulsarAddr, "Pulsar binary protocol listen address (empty: no Pulsar listener)")
 	f.StringVar(&b.pulsarAdvertised, "pulsar-advertised-addr", "", "host:port in the Pulsar service URL clients are told (default: the listen address)")
+	f.StringVar(&b.ledgerMutant, "ledger-mutant", "", "TESTS ONLY: write ledgers with a deliberately broken protocol (a quire sim ledger --mutant name), for quire chaos to catch")
+	_ = f.MarkHidden("ledger-mutant")
 	f.StringVar(&b.zone, "zone", "", "zone/rack label (Kafka clients see it as the broker's rack)")
 	f.StringVar(&b.namespace, "kafka-namespace", d.Namespace, "tenant/namespace that holds Kafka topics")
 	f.BoolVar(&b.autoCreateTopics, "auto-create-topics", d.AutoCreateTopics, "create unknown topics on metadata requests (auto.create.topics.enable)")
@@ -77,7 +81,18 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		}
 	}
 	bookies := client.New(client.Config{Logger: log})
-	ledgers := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bookies, Name: "broker", Logger: log})
+	mutants, err := sim.ParseMutant(b.ledgerMutant)
+	if err != nil {
+		ln.Close()
+		if pulsarLn != nil {
+			pulsarLn.Close()
+		}
+		return nil, nil, err
+	}
+	if b.ledgerMutant != "" {
+		log.Warn("ledgers are written with a deliberately broken protocol (tests only)", "mutant", b.ledgerMutant)
+	}
+	ledgers := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bookies, Name: "broker", Logger: log, Mutants: mutants})
 	br, err := broker.Start(ctx, broker.Config{
 		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: b.kafkaAdvertised,
 		HTTPAddr: httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,

@@ -10,23 +10,25 @@ import (
 	"github.com/spf13/cobra"
 
 	"quire/internal/chaos"
+	"quire/internal/sim"
 )
 
 type chaosOptions struct {
-	mode        string
-	duration    time.Duration
-	seed        int64
-	runs        int
-	nemesis     string
-	targets     []string
-	bookies     int
-	brokers     int
-	partitions  int32
-	producers   int
-	rate        int
-	keep        bool
-	noIdem      bool
-	cleanupOnly bool
+	mode         string
+	duration     time.Duration
+	seed         int64
+	runs         int
+	nemesis      string
+	targets      []string
+	bookies      int
+	brokers      int
+	partitions   int32
+	producers    int
+	rate         int
+	keep         bool
+	noIdem       bool
+	ledgerMutant string
+	cleanupOnly  bool
 }
 
 func newChaosCommand() *cobra.Command {
@@ -66,6 +68,7 @@ Not yet: --mode isr, disk-full and clock-jump faults, composed faults.`,
 	f.Int32Var(&o.partitions, "partitions", 4, "partitions of the workload's topic")
 	f.IntVar(&o.producers, "producers", 3, "idempotent producers, each its own client")
 	f.IntVar(&o.rate, "rate", 50, "records per second per producer")
+	f.StringVar(&o.ledgerMutant, "ledger-mutant", "", "brokers run a deliberately broken ledger protocol (the names of quire sim ledger --mutant), which the checker must catch")
 	f.BoolVar(&o.noIdem, "no-idempotence", false, "a broken client on purpose: producers without idempotence, whose retries write duplicates the checker must catch")
 	f.BoolVar(&o.keep, "keep", false, "keep each run's directory (history, logs, data) even when it found nothing")
 	f.BoolVar(&o.cleanupOnly, "cleanup-only", false, "remove leftovers of earlier harnesses (namespaces qchaos-*, their processes, temporary directories) and exit")
@@ -100,7 +103,10 @@ func runChaos(cmd *cobra.Command, o chaosOptions) error {
 	}
 	cfg := chaos.Config{Targets: targets, Binary: self, Mode: o.mode, Duration: o.duration, Seed: o.seed, Runs: o.runs, Nemesis: kinds,
 		Bookies: o.bookies, Brokers: o.brokers, Partitions: o.partitions, Producers: o.producers, Rate: o.rate,
-		NoIdempotence: o.noIdem, Keep: o.keep, Out: out}
+		NoIdempotence: o.noIdem, LedgerMutant: o.ledgerMutant, Keep: o.keep, Out: out}
+	if _, err := sim.ParseMutant(o.ledgerMutant); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

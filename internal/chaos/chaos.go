@@ -50,6 +50,10 @@ type Config struct {
 	// lost responses then write records twice, which the checker must
 	// report as duplicates (the harness seen failing end to end).
 	NoIdempotence bool
+	// LedgerMutant runs the brokers with a deliberately broken ledger
+	// protocol (quire broker --ledger-mutant; the names of quire sim ledger
+	// --mutant): the harness must catch what it breaks.
+	LedgerMutant string
 
 	// Keep keeps each run's directory (history, node logs, data) even
 	// when the run found nothing.
@@ -235,7 +239,7 @@ func runOnce(ctx context.Context, cfg Config, index int, seed int64) (r RunResul
 			logf("cleanup: %v", err)
 		}
 	}()
-	cl := newCluster(cfg.Binary, cfg.Env, nw, filepath.Join(dir, "nodes"), clusterShape{bookies: cfg.Bookies, brokers: cfg.Brokers}, logf)
+	cl := newCluster(cfg.Binary, cfg.Env, nw, filepath.Join(dir, "nodes"), clusterShape{bookies: cfg.Bookies, brokers: cfg.Brokers, ledgerMutant: cfg.LedgerMutant}, logf)
 	defer func() {
 		// Stacks for whoever reads a run that found something.
 		cl.stop(ctx.Err() == nil && (keep || r.Stalled || r.Err != nil || !r.Check.Valid()))
@@ -365,6 +369,9 @@ func (c Config) Replay(seed int64) string {
 		c.Mode, seed, c.Duration, strings.Join(nemesis, ","), strings.Join(targets, ","), c.Bookies, c.Brokers, c.Partitions, c.Producers, c.Rate)
 	if c.NoIdempotence {
 		line += " --no-idempotence"
+	}
+	if c.LedgerMutant != "" {
+		line += " --ledger-mutant " + c.LedgerMutant
 	}
 	return line
 }

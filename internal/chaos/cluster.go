@@ -70,6 +70,7 @@ type cluster struct {
 // clusterShape says how many of each role to run.
 type clusterShape struct {
 	bookies, brokers int
+	ledgerMutant     string // passed to the brokers ("": none)
 }
 
 func newCluster(binary string, env []string, nw *network, dir string, shape clusterShape, logf func(string, ...any)) *cluster {
@@ -102,6 +103,9 @@ func newCluster(binary string, env []string, nw *network, dir string, shape clus
 		n.args = []string{"broker", "--broker-id", fmt.Sprint(i), "--meta-endpoints", endpoints, "--zone", n.zone,
 			"--kafka-addr", n.ip + ":" + kafkaPort, "--http-addr", n.ip + ":" + brokerHTTPPort,
 			"--broker-session-ttl", sessionTTL}
+		if shape.ledgerMutant != "" {
+			n.args = append(n.args, "--ledger-mutant", shape.ledgerMutant)
+		}
 	}
 	return c
 }
