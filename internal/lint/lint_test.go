@@ -47,6 +47,8 @@ var thirdParty = map[string][]string{
 	"pflag":       {"github.com/spf13/pflag"},
 	"yaml":        {"sigs.k8s.io/yaml"},
 	"porcupine":   {"github.com/anishathalye/porcupine"},
+	// pulsar-client-go: tests and interop/ only, never the server binary.
+	"pulsar-client-go": {"github.com/apache/pulsar-client-go"},
 }
 
 // standardLibrary is the "may import" cell of a package that imports
