@@ -78,53 +78,9 @@ load() {
 }
 
 # 1. Apache Pulsar.
-mkdir -p "$work/pulsar/conf" "$work/pulsar/logs"
-cat >"$work/pulsar/conf/standalone.conf" <<CONF
-clusterName=standalone
-metadataStoreUrl=
-configurationMetadataStoreUrl=
-brokerServicePort=$p
-webServicePort=$((p + 1))
-bindAddress=127.0.0.1
-advertisedAddress=127.0.0.1
-loadManagerClassName=org.apache.pulsar.broker.loadbalance.NoopLoadManager
-loadBalancerEnabled=false
-managedLedgerDefaultEnsembleSize=1
-managedLedgerDefaultWriteQuorum=1
-managedLedgerDefaultAckQuorum=1
-bookkeeperUseV2WireProtocol=true
-allowAutoTopicCreation=true
-allowAutoTopicCreationType=non-partitioned
-transactionCoordinatorEnabled=false
-webSocketServiceEnabled=false
-functionsWorkerEnabled=false
-authenticationEnabled=false
-authorizationEnabled=false
-statusFilePath=
-ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage
-nettyMaxFrameSizeBytes=5253120
-dbStorage_writeCacheMaxSizeMb=64
-dbStorage_readAheadCacheMaxSizeMb=64
-journalMaxGroupWaitMSec=1
-journalSyncData=true
-allowLoopback=true
-listeningInterface=lo
-diskUsageThreshold=0.99
-diskUsageWarnThreshold=0.99
-CONF
-log "starting Apache Pulsar standalone ($home)"
-(cd "$work/pulsar" && exec java -Xms256m -Xmx"$heap" -XX:MaxDirectMemorySize="$heap" -XX:+UseG1GC \
-	-Dpulsar.log.dir=logs -Djava.net.preferIPv4Stack=true -Dio.netty.tryReflectionSetAccessible=true \
-	--add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.util.zip=ALL-UNNAMED \
-	--add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/jdk.internal.misc=ALL-UNNAMED \
-	--add-opens java.base/sun.net=ALL-UNNAMED --add-opens java.management/sun.management=ALL-UNNAMED \
-	-Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver \
-	-Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver \
-	-cp "$home/libs/*" org.apache.pulsar.PulsarStandaloneStarter \
-	--config conf/standalone.conf --no-functions-worker --no-stream-storage) >"$work/pulsar/logs/stdout.log" 2>&1 &
-ppid=$!
+log "starting Apache Pulsar standalone"
+ppid=$("$root/bench/pulsar/start.sh" "$work/pulsar" "$p")
 pids+=("$ppid")
-MATCH=public/default wait_http "127.0.0.1:$((p + 1))/admin/v2/namespaces/public" 240 "$ppid"
 load pulsar "pulsar://127.0.0.1:$p"
 kill "$ppid"
 wait "$ppid" 2>/dev/null || true
