@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"quire/internal/meta"
 	"quire/internal/partition"
 	"quire/internal/sim"
+	"quire/internal/tlsconf"
 )
 
 // brokerFlags configure a broker, shared by `quire broker` and
@@ -31,6 +33,7 @@ type brokerFlags struct {
 	kafkaAdvertised   string
 	pulsarAddr        string
 	ledgerMutant      string
+	kafkaTLS          tlsconf.Files
 	pulsarAdvertised  string
 	zone              string
 	namespace         string
@@ -65,19 +68,42 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.Int64Var(&b.queuedBytes, "kafka-queued-max-request-bytes", kafka.DefaultMaxQueuedRequestBytes, "bytes of Kafka requests read and not yet answered, over all connections (queued.max.request.bytes); at the bound the broker stops reading until responses free room")
 	f.Int64Var(&b.connBytes, "kafka-connection-max-request-bytes", kafka.DefaultMaxConnRequestBytes, "the same bound per connection, so one client cannot take the whole budget")
 	f.DurationVar(&b.handoffAfter, "bundle-handoff-after", d.HandoffAfter, "hand bundles to a joining broker (their rendezvous choice) once it has been live this long; 0 keeps bundles where they are until their owner dies")
+	// Pulsar's listener gets TLS once its LOOKUP answers name a TLS URL.
+	f.StringVar(&b.kafkaTLS.Cert, "kafka-tls-cert", "", "PEM certificate: the Kafka listener speaks TLS, Kafka's SSL (reloaded when the file changes; quire certs makes test ones)")
+	f.StringVar(&b.kafkaTLS.Key, "kafka-tls-key", "", "PEM private key of --kafka-tls-cert")
+	f.StringVar(&b.kafkaTLS.ClientCA, "kafka-tls-client-ca", "", "PEM CA certificates: the Kafka listener requires client certificates signed by them (mutual TLS, ssl.client.auth=required)")
+}
+
+// listen listens on addr, with TLS when files says so.
+func listen(what, addr string, files tlsconf.Files) (net.Listener, error) {
+	var cfg *tls.Config
+	if files.Enabled() {
+		var err error
+		if cfg, err = tlsconf.Server(files); err != nil {
+			return nil, fmt.Errorf("%s listener: %w", what, err)
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", what, err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
+	}
+	return ln, nil
 }
 
 // start listens and starts a broker on store.
 func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr string, log *slog.Logger) (*broker.Broker, func(), error) {
-	ln, err := net.Listen("tcp", b.kafkaAddr)
+	ln, err := listen("kafka", b.kafkaAddr, b.kafkaTLS)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kafka listener: %w", err)
+		return nil, nil, err
 	}
 	var pulsarLn net.Listener
 	if b.pulsarAddr != "" {
-		if pulsarLn, err = net.Listen("tcp", b.pulsarAddr); err != nil {
+		if pulsarLn, err = listen("pulsar", b.pulsarAddr, tlsconf.Files{}); err != nil {
 			ln.Close()
-			return nil, nil, fmt.Errorf("pulsar listener: %w", err)
+			return nil, nil, err
 		}
 	}
 	bookies := client.New(client.Config{Logger: log})

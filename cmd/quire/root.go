@@ -62,6 +62,7 @@ and the defaults shown in each command's --help.`,
 		newSimCommand(),
 		newPlanCommand(),
 		newChaosCommand(),
+		newCertsCommand(),
 	)
 	return root
 }
