@@ -48,14 +48,19 @@ func newAdminCommand() *cobra.Command {
   quire admin autorecovery  the auditor, under-replicated ledgers and the workers' progress
   quire admin tenants       tenants (create, delete)
   quire admin namespaces    a tenant's namespaces, their policies and bundle owners
-  quire admin topics        a namespace's Kafka topics`,
+  quire admin topics        a namespace's Kafka topics; Pulsar topics' stats,
+                            internal-stats, partitioned-stats, subscriptions, skip,
+                            reset-cursor and expire-messages (through a broker's
+                            admin REST API, --admin-url)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().StringSliceVar(&o.metaEndpoints, "meta-endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints (host:port or URL), comma-separated")
 	cmd.PersistentFlags().DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after this long")
+	topics := newAdminTopicsCommand(&o)
+	addPulsarTopicVerbs(&o, topics) // admin_pulsar.go
 	cmd.AddCommand(newAdminBookiesCommand(&o), newAdminAutorecoveryCommand(&o),
-		newAdminTenantsCommand(&o), newAdminNamespacesCommand(&o), newAdminTopicsCommand(&o))
+		newAdminTenantsCommand(&o), newAdminNamespacesCommand(&o), topics)
 	return cmd
 }
 

@@ -184,6 +184,7 @@ ledgers; no data is copied.`,
 			if err != nil {
 				return err
 			}
+			httpServer.Handle("/admin/v2/", br.PulsarAdmin()) // Pulsar's admin REST API
 			health.SetReady(true)
 			var runErr error
 			select {

@@ -124,6 +124,7 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	if err != nil {
 		return err
 	}
+	httpServer.Handle("/admin/v2/", br.PulsarAdmin()) // Pulsar's admin REST API
 	health.SetReady(true)
 	log.Info("quire standalone ready", "cluster", id, "data-dir", o.dataDir, "http", "http://"+httpServer.Addr(),
 		"meta", embedded.Endpoint(), "kafka", o.broker.kafkaAddr, "pulsar", o.broker.pulsarAddr, "startup", time.Since(started).Round(time.Millisecond))

@@ -1,5 +1,6 @@
 // Package admin serves Quire's HTTP endpoints: health (/healthz, /readyz),
-// Prometheus metrics (/metrics) and, in later issues, the admin REST API.
+// Prometheus metrics (/metrics) and what components add with Server.Handle
+// (the broker's Pulsar admin REST API).
 //
 // It owns the health registry that components report into; it never owns
 // component state itself and imports no component package.
@@ -220,6 +221,7 @@ type Config struct {
 // Server is the running HTTP server.
 type Server struct {
 	srv *http.Server
+	mux *http.ServeMux
 	ln  net.Listener
 	log *slog.Logger
 }
@@ -295,8 +297,10 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: listen %s: %w", cfg.Addr, err)
 	}
+	mux := Mux(cfg)
 	s := &Server{
-		srv: &http.Server{Handler: Mux(cfg), ReadHeaderTimeout: 10 * time.Second},
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		mux: mux,
 		ln:  ln,
 		log: cfg.Logger,
 	}
@@ -307,6 +311,10 @@ func Listen(cfg Config) (*Server, error) {
 	}()
 	return s, nil
 }
+
+// Handle serves pattern with h beside the built-in endpoints (a
+// component's API: the broker's Pulsar admin REST API under /admin/v2/).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }

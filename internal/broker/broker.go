@@ -96,6 +96,10 @@ type Config struct {
 	Timeouts   Timeouts
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+
+	// PulsarMaxUnackedPerConsumer is Pulsar's maxUnackedMessagesPerConsumer
+	// (0: pulsar.DefaultMaxUnackedPerConsumer).
+	PulsarMaxUnackedPerConsumer int
 }
 
 // Timeouts bound what the broker waits for on its own account (a client's

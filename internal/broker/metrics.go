@@ -7,7 +7,8 @@ import (
 )
 
 // collector exports the loaded partitions' state at scrape time, under the
-// seed's Pulsar metric names where one exists (pulsar_storage_size).
+// seed's Pulsar metric names where one exists (pulsar_storage_size), and
+// the loaded Pulsar topics' (pulsar_metrics.go).
 type collector struct {
 	b *Broker
 
@@ -19,11 +20,12 @@ type collector struct {
 	inFlight, queuedTotal, busy           *prometheus.Desc
 	aheadHits, aheadFetched, aheadBytes   *prometheus.Desc
 	aheadBudget, tailCache                *prometheus.Desc
+	pulsar                                pulsarDescs // pulsar_metrics.go
 }
 
 func newCollector(b *Broker) *collector {
 	l := []string{"topic"}
-	return &collector{b: b,
+	return &collector{b: b, pulsar: newPulsarDescs(),
 		storage:         prometheus.NewDesc("pulsar_storage_size", "Bytes in every ledger of the topic (partition).", l, nil),
 		ledgers:         prometheus.NewDesc("quire_topic_ledgers", "Ledgers in the topic's ledger list.", l, nil),
 		rollovers:       prometheus.NewDesc("quire_topic_rollovers_total", "Ledger rollovers since the topic was loaded here.", l, nil),
@@ -53,6 +55,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadBytes, c.aheadBudget, c.tailCache, c.refused, c.writableBookies} {
 		ch <- d
 	}
+	c.pulsar.describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -63,6 +66,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(c.b.failures.Load()))
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(c.b.produceRefused.Load()))
 	ch <- prometheus.MustNewConstMetric(c.writableBookies, prometheus.GaugeValue, float64(c.b.storage.writable()))
+	c.collectPulsar(ch)
 	c.b.mu.Lock()
 	var ls []*loaded
 	for _, l := range c.b.parts {

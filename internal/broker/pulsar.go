@@ -86,6 +86,10 @@ type pulsarBackend struct {
 
 	mu     sync.Mutex
 	topics map[string]*pulsarTopic // by topic name, loading or loaded
+
+	// rates samples the front end's counters for the admin API's rates
+	// (pulsar_metrics.go).
+	rates *rateSampler
 }
 
 var _ pulsar.Backend = (*pulsarBackend)(nil)
@@ -104,9 +108,9 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 	if _, _, err := net.SplitHostPort(adv); err != nil {
 		return fmt.Errorf("advertised Pulsar address: %w", err)
 	}
-	pb := &pulsarBackend{b: b, url: "pulsar://" + adv, topics: map[string]*pulsarTopic{}}
+	pb := &pulsarBackend{b: b, url: "pulsar://" + adv, topics: map[string]*pulsarTopic{}, rates: newRateSampler()}
 	srv, err := pulsar.New(pulsar.Config{Backend: pb, AdvertisedURL: pb.url, Logger: b.cfg.Logger,
-		MaxMessageSize: min(pulsar.DefaultMaxMessageSize, maxEntryBatch),
+		MaxMessageSize: min(pulsar.DefaultMaxMessageSize, maxEntryBatch), MaxUnackedPerConsumer: b.cfg.PulsarMaxUnackedPerConsumer,
 		// Unique across brokers and restarts: the session (lease) id never
 		// repeats, and deduplication keys on producer names.
 		ProducerNamePrefix: fmt.Sprintf("%s-%d-%x", b.cfg.ClusterID, b.ID(), b.session.ID())})
@@ -118,7 +122,11 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 		return fmt.Errorf("register the Pulsar service URL: %w", err)
 	}
 	b.pulsar.Store(pb)
-	b.wg.Add(1)
+	b.wg.Add(2)
+	go func() {
+		defer b.wg.Done()
+		pb.sampleRates(b.ctx)
+	}()
 	go func() {
 		defer b.wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, pulsar.ErrServerClosed) && b.ctx.Err() == nil {
@@ -288,6 +296,16 @@ func kafkaTopicErr(topic string) error {
 // Topic implements pulsar.Backend: the topic, loaded (taken over) the
 // first time, when this broker owns its bundle.
 func (pb *pulsarBackend) Topic(ctx context.Context, name string, create bool) (pulsar.Topic, error) {
+	t, err := pb.topic(ctx, name, create, false)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return t, nil
+}
+
+// topic is Topic; adminCreate creates the topic whatever
+// Config.AutoCreateTopics says (the admin API's create).
+func (pb *pulsarBackend) topic(ctx context.Context, name string, create, adminCreate bool) (*pulsarTopic, error) {
 	b := pb.b
 	ns, local, err := parsePulsarTopic(name)
 	if err != nil {
@@ -307,7 +325,7 @@ func (pb *pulsarBackend) Topic(ctx context.Context, name string, create bool) (p
 		t := pb.topics[name]
 		pb.mu.Unlock()
 		if t == nil {
-			if err := pb.mayServe(ctx, ns, local, name, create); err != nil {
+			if err := pb.mayServe(ctx, ns, local, name, create, adminCreate); err != nil {
 				return nil, err
 			}
 			if t, err = pb.startLoad(name); err != nil {
@@ -339,7 +357,7 @@ func (pb *pulsarBackend) Topic(ctx context.Context, name string, create bool) (p
 
 // mayServe checks that name is a Pulsar topic that exists, or may be
 // created now.
-func (pb *pulsarBackend) mayServe(ctx context.Context, ns, local, name string, create bool) error {
+func (pb *pulsarBackend) mayServe(ctx context.Context, ns, local, name string, create, adminCreate bool) error {
 	admin := pb.b.admin
 	rec, err := admin.GetTopic(ctx, ns, local)
 	switch {
@@ -370,7 +388,7 @@ func (pb *pulsarBackend) mayServe(ctx context.Context, ns, local, name string, c
 	} else if !errors.Is(err, meta.ErrNotFound) {
 		return pulsarErr(err, pulsar.ErrMetadata)
 	}
-	if !create || !pb.b.cfg.AutoCreateTopics {
+	if !adminCreate && (!create || !pb.b.cfg.AutoCreateTopics) {
 		return fmt.Errorf("%w: %s", pulsar.ErrTopicNotFound, name)
 	}
 	if _, err := admin.GetPolicies(ctx, ns); err != nil {

@@ -43,6 +43,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"quire/internal/catalog"
@@ -75,6 +76,9 @@ type pulsarTopic struct {
 	sequences map[string]int64
 	// nonDurable holds the readers' cursors by subscription name.
 	nonDurable map[string]*mlogclient.NonDurableCursor
+	// added counts the entries appended since the topic was loaded here
+	// (internalStats' entriesAddedCounter).
+	added atomic.Int64
 }
 
 var _ pulsar.Topic = (*pulsarTopic)(nil)
@@ -173,6 +177,7 @@ func (t *pulsarTopic) Append(ctx context.Context, data []byte, info pulsar.Appen
 // appended records a durable entry and wakes whoever waits for one. On the
 // managed ledger's goroutine: it must not block.
 func (t *pulsarTopic) appended(p mlog.Position, info pulsar.AppendInfo) {
+	t.added.Add(1)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.hasLast || t.last.Less(p) {

@@ -4,9 +4,14 @@ package pulsar
 // GET_LAST_MESSAGE_ID, SEEK, UNSUBSCRIBE, CLOSE_CONSUMER.
 //
 // Deviations from Apache Pulsar:
-//   - Subscription types: Exclusive, Shared and Failover (one active
+//   - Subscription types: Exclusive, Shared, Failover (one active
 //     consumer for the whole topic: the partition index does not pick it
-//     yet); Key_Shared is refused with NotAllowedError.
+//     yet) and Key_Shared (AUTO_SPLIT and STICKY, with
+//     allowOutOfOrderDelivery; dispatch.go and keyshared.go say how and
+//     where it differs). STICKY ranges that are invalid or overlap are
+//     refused with ConsumerAssignError; a Key_Shared consumer whose mode or
+//     allowOutOfOrderDelivery differs from the attached ones' with
+//     ConsumerBusy.
 //   - Batch-index acknowledgements: an ACK whose message id carries an
 //     ack_set (a partly acknowledged batch) is ignored; the client acks the
 //     whole entry once every message of it is acknowledged, which is the
@@ -18,9 +23,12 @@ package pulsar
 //     is not kept (the client drops the batch's earlier messages itself).
 //   - maxUnackedMessagesPerConsumer (Config.MaxUnackedPerConsumer) blocks a
 //     consumer at the bound and unblocks it as soon as it is below (Pulsar
-//     waits until half); no per-subscription bound yet. Delayed delivery is
-//     not implemented; replicate_subscription_state and read_compacted are
-//     accepted and ignored.
+//     waits until half). maxUnackedMessagesPerSubscription is 4 times it
+//     (Pulsar's defaults' ratio; no Config field of its own yet), with
+//     Pulsar's hysteresis. Delayed delivery (deliver_at_time) on Shared and
+//     Key_Shared is held in memory only and bounded (dispatch.go).
+//     replicate_subscription_state and read_compacted are accepted and
+//     ignored.
 
 import (
 	"errors"
@@ -86,9 +94,6 @@ func (c *conn) handleSubscribe(cmd *pb.CommandSubscribe) error {
 		return c.sendSuccess(reqID)
 	}
 	subType := cmd.GetSubType()
-	if subType == pb.CommandSubscribe_Key_Shared {
-		return c.sendError(reqID, ErrNotAllowed, "Key_Shared subscriptions are not supported by this broker yet")
-	}
 	if cmd.GetSubscription() == "" {
 		return c.sendError(reqID, ErrNotAllowed, "empty subscription name")
 	}
@@ -123,7 +128,7 @@ func (c *conn) handleSubscribe(cmd *pb.CommandSubscribe) error {
 		conn:     c,
 		sub:      sub,
 	}
-	if err := sub.addConsumer(cons, subType); err != nil {
+	if err := sub.addConsumer(cons, subType, cmd.GetKeySharedMeta()); err != nil {
 		return c.sendError(reqID, err, "")
 	}
 	c.mu.Lock()
@@ -298,9 +303,7 @@ func (c *conn) handleSeek(cmd *pb.CommandSeek) error {
 	}
 	sub.mu.Lock()
 	sub.generation++
-	sub.clearPendingLocked()
-	clear(sub.replay)
-	clear(sub.redeliveries)
+	sub.resetDeliveryLocked()
 	sub.lastRead = sub.cursor.MarkDelete()
 	consumers := append([]*consumer(nil), sub.consumers...)
 	sub.mu.Unlock()

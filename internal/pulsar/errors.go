@@ -37,6 +37,7 @@ var serverErrors = []struct {
 	{ErrSubscriptionNotFound, pb.ServerError_SubscriptionNotFound},
 	{ErrConsumerNotFound, pb.ServerError_ConsumerNotFound},
 	{ErrConsumerBusy, pb.ServerError_ConsumerBusy},
+	{ErrConsumerAssign, pb.ServerError_ConsumerAssignError},
 	{ErrProducerBusy, pb.ServerError_ProducerBusy},
 	{ErrProducerFenced, pb.ServerError_ProducerFenced},
 	{ErrServiceNotReady, pb.ServerError_ServiceNotReady},

@@ -19,6 +19,7 @@ package pulsar
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -32,6 +33,8 @@ type producer struct {
 	conn      *conn
 	ts        *topicState
 	exclusive bool
+	// msgIn and bytesIn count what this producer appended, for stats.
+	msgIn, bytesIn atomic.Int64
 
 	mu sync.Mutex
 	// lastPushed is the highest sequence id handed to Topic.Append (for
@@ -254,10 +257,20 @@ func (c *conn) handleSend(cmd *pb.CommandSend, f *Frame) error {
 			p.complete(ps, errorFrame(r.Err))
 			return
 		}
+		p.countAppended(int64(info.NumMessages), int64(len(f.HeadersAndPayload)))
 		p.complete(ps, receipt(r.ID))
 	}
 	if err := p.ts.topic.Append(c.ctx, f.HeadersAndPayload, info, done); err != nil {
 		done(AppendResult{Err: err})
 	}
 	return nil
+}
+
+// countAppended counts an appended entry for the producer's and the
+// topic's stats.
+func (p *producer) countAppended(messages, bytes int64) {
+	p.msgIn.Add(messages)
+	p.bytesIn.Add(bytes)
+	p.ts.msgIn.Add(messages)
+	p.ts.bytesIn.Add(bytes)
 }

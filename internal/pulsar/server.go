@@ -329,6 +329,16 @@ type topicState struct {
 	mu        sync.Mutex
 	producers map[string]*producer // by producer name
 	subs      map[string]*subscription
+
+	// opened is when the topic was opened here; msgIn and bytesIn count
+	// the messages and bytes appended (answered with a message id) since,
+	// for stats.
+	opened         time.Time
+	msgIn, bytesIn atomic.Int64
+	// delivered counts, per subscription name, what dispatch handed to
+	// consumers (countDelivered); guarded by countersMu.
+	countersMu sync.Mutex
+	delivered  map[string]*deliveryCounters
 }
 
 // topicState returns the state of a topic, opening it through the Backend
@@ -355,6 +365,7 @@ func (s *Server) topicState(ctx context.Context, name string, create bool) (*top
 		topic:     t,
 		producers: make(map[string]*producer),
 		subs:      make(map[string]*subscription),
+		opened:    time.Now(),
 	}
 	if !s.goDispatch(func() { s.watchTopic(ts) }) {
 		return nil, errorf(ErrServiceNotReady, "broker closing")
@@ -417,4 +428,269 @@ func (s *Server) watchTopic(ts *topicState) {
 			}})
 		}
 	}
+}
+
+// --- Stats and admin operations (the broker's admin REST API and metrics) ---
+
+// deliveryCounters count what one subscription's dispatcher delivered.
+type deliveryCounters struct {
+	messages, bytes int64
+}
+
+// countDelivered records one entry handed to a consumer: its messages and
+// its bytes. Dispatch calls it for every MESSAGE it assigns (assign). A
+// redelivery counts like any delivery here; the redelivery rate counts the
+// messages put back (DispatchStats.RedeliveredMessages), as Pulsar's
+// msgRateRedeliver does.
+func (sub *subscription) countDelivered(messages int32, bytes int, redelivery bool) {
+	ts := sub.ts
+	ts.countersMu.Lock()
+	defer ts.countersMu.Unlock()
+	if ts.delivered == nil {
+		ts.delivered = make(map[string]*deliveryCounters)
+	}
+	d := ts.delivered[sub.name]
+	if d == nil {
+		d = &deliveryCounters{}
+		ts.delivered[sub.name] = d
+	}
+	d.messages += int64(messages)
+	d.bytes += int64(bytes)
+}
+
+// TopicStats is what the front end knows of a topic it serves: the
+// producers attached, the subscriptions' delivery state, and counters
+// since the topic was opened here (they restart at zero after an unload
+// or a takeover).
+type TopicStats struct {
+	// Opened is when the topic was opened here (the counters' start).
+	Opened         time.Time
+	MsgIn, BytesIn int64
+	Producers      []ProducerStats
+	Subscriptions  map[string]SubscriptionStats
+}
+
+// ProducerStats describes one attached producer.
+type ProducerStats struct {
+	Name           string
+	ID             uint64
+	Address        string
+	Exclusive      bool
+	MsgIn, BytesIn int64
+}
+
+// SubscriptionStats is one subscription's delivery state.
+type SubscriptionStats struct {
+	// Type is the subscription type's name in Pulsar's spelling
+	// ("Exclusive", "Shared", "Failover", "Key_Shared").
+	Type      string
+	Durable   bool
+	Consumers []ConsumerStats
+	// Unacked counts the messages delivered and not yet acknowledged.
+	Unacked int64
+	// Blocked: the subscription is at its bound of unacknowledged messages
+	// (DispatchStats.BlockedOnUnackedMessages).
+	Blocked bool
+	// PendingRedelivery counts the entries waiting to be sent again (or,
+	// on Key_Shared, held back for their key).
+	PendingRedelivery int
+	// MsgOut and BytesOut count deliveries (countDelivered); Redelivered
+	// the messages put back for redelivery.
+	MsgOut, BytesOut, Redelivered int64
+	// ReadPosition is the next entry the dispatcher reads.
+	ReadPosition MessageID
+}
+
+// ConsumerStats describes one consumer.
+type ConsumerStats struct {
+	Name    string
+	ID      uint64
+	Address string
+	Permits int64
+	Unacked int64
+	// Blocked: at the bound of unacknowledged messages.
+	Blocked bool
+}
+
+// Topics returns the names of the topics the front end has open.
+func (s *Server) Topics() []string {
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
+	out := make([]string, 0, len(s.topics))
+	for name := range s.topics {
+		out = append(out, name)
+	}
+	return out
+}
+
+func (s *Server) openTopic(name string) *topicState {
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
+	return s.topics[name]
+}
+
+// TopicStats returns the front end's state of a topic; false when it does
+// not have the topic open.
+func (s *Server) TopicStats(name string) (TopicStats, bool) {
+	ts := s.openTopic(name)
+	if ts == nil {
+		return TopicStats{}, false
+	}
+	st := TopicStats{Opened: ts.opened, MsgIn: ts.msgIn.Load(), BytesIn: ts.bytesIn.Load(), Subscriptions: map[string]SubscriptionStats{}}
+	ts.mu.Lock()
+	producers := make([]*producer, 0, len(ts.producers))
+	for _, p := range ts.producers {
+		producers = append(producers, p)
+	}
+	subs := make([]*subscription, 0, len(ts.subs))
+	for _, sub := range ts.subs {
+		subs = append(subs, sub)
+	}
+	ts.mu.Unlock()
+	for _, p := range producers {
+		st.Producers = append(st.Producers, ProducerStats{Name: p.name, ID: p.id, Address: p.conn.remote,
+			Exclusive: p.exclusive, MsgIn: p.msgIn.Load(), BytesIn: p.bytesIn.Load()})
+	}
+	ts.countersMu.Lock()
+	delivered := make(map[string]deliveryCounters, len(ts.delivered))
+	for name, d := range ts.delivered {
+		delivered[name] = *d
+	}
+	ts.countersMu.Unlock()
+	for _, sub := range subs {
+		d := delivered[sub.name]
+		ds := sub.stats()
+		ss := SubscriptionStats{Type: ds.Type, Durable: sub.durable, Unacked: ds.UnackedMessages,
+			Blocked: ds.BlockedOnUnackedMessages, PendingRedelivery: ds.WaitingForDelivery,
+			MsgOut: d.messages, BytesOut: d.bytes, Redelivered: int64(ds.RedeliveredMessages)}
+		sub.mu.Lock()
+		ss.ReadPosition = MessageID{LedgerID: sub.lastRead.LedgerID, EntryID: sub.lastRead.EntryID + 1}
+		addresses := make(map[uint64]string, len(sub.consumers))
+		for _, c := range sub.consumers {
+			addresses[c.id] = c.conn.remote
+		}
+		sub.mu.Unlock()
+		for _, c := range ds.Consumers {
+			ss.Consumers = append(ss.Consumers, ConsumerStats{Name: c.Name, ID: c.ID, Address: addresses[c.ID],
+				Permits: c.AvailablePermits, Unacked: c.UnackedMessages, Blocked: c.BlockedOnUnackedMessages})
+		}
+		st.Subscriptions[sub.name] = ss
+	}
+	return st, true
+}
+
+// openSubscription returns the front end's subscription, nil when the
+// topic or the subscription is not open here.
+func (s *Server) openSubscription(topic, name string) *subscription {
+	ts := s.openTopic(topic)
+	if ts == nil {
+		return nil
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.subs[name]
+}
+
+// SeekSubscription resets an open subscription as SEEK does (admin
+// resetcursor): the cursor moves so that the next entry delivered is the
+// first at or after to, what was pending is forgotten, and every consumer
+// is closed (CLOSE_CONSUMER) to reconnect from there. It reports false,
+// doing nothing, when the subscription is not open here: the caller then
+// resets the cursor itself.
+func (s *Server) SeekSubscription(ctx context.Context, topic, name string, to MessageID) (bool, error) {
+	sub := s.openSubscription(topic, name)
+	if sub == nil {
+		return false, nil
+	}
+	if err := sub.cursor.Reset(ctx, to); err != nil {
+		return true, err
+	}
+	sub.mu.Lock()
+	sub.generation++
+	sub.clearPendingLocked() // every pending, held and delayed entry, as SEEK
+	sub.lastRead = sub.cursor.MarkDelete()
+	consumers := append([]*consumer(nil), sub.consumers...)
+	sub.mu.Unlock()
+	sub.signal()
+	s.closeConsumers(sub, consumers)
+	return true, nil
+}
+
+// closeConsumers detaches consumers from sub and tells their clients.
+func (s *Server) closeConsumers(sub *subscription, consumers []*consumer) {
+	for _, k := range consumers {
+		if !k.conn.detach(k) {
+			continue
+		}
+		sub.removeConsumer(k)
+		_ = k.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{
+			ConsumerId: proto.Uint64(k.id),
+			RequestId:  proto.Uint64(0),
+		}}) // a closed connection has nobody to tell
+	}
+}
+
+// AckSubscription acknowledges entries of an open subscription on the
+// admin's behalf (skip) and forgets their delivery state, so they are not
+// redelivered. False, doing nothing, when it is not open here.
+func (s *Server) AckSubscription(ctx context.Context, topic, name string, ids []MessageID) (bool, error) {
+	sub := s.openSubscription(topic, name)
+	if sub == nil {
+		return false, nil
+	}
+	if err := sub.cursor.Ack(ctx, ids); err != nil {
+		return true, err
+	}
+	sub.mu.Lock()
+	for _, id := range ids {
+		sub.ackedLocked(id)
+	}
+	sub.mu.Unlock()
+	sub.signal()
+	return true, nil
+}
+
+// AckSubscriptionThrough acknowledges every entry up to and including
+// upTo on an open subscription (expireMessages), as AckSubscription.
+func (s *Server) AckSubscriptionThrough(ctx context.Context, topic, name string, upTo MessageID) (bool, error) {
+	sub := s.openSubscription(topic, name)
+	if sub == nil {
+		return false, nil
+	}
+	if err := sub.cursor.AckCumulative(ctx, upTo); err != nil {
+		return true, err
+	}
+	sub.mu.Lock()
+	for id := range sub.pending {
+		if !upTo.Less(id) {
+			sub.ackedLocked(id)
+		}
+	}
+	for id := range sub.replay {
+		if !upTo.Less(id) {
+			sub.ackedLocked(id)
+		}
+	}
+	sub.mu.Unlock()
+	sub.signal()
+	return true, nil
+}
+
+// CloseSubscription forgets an open subscription before the admin deletes
+// its cursor. With consumers attached it does nothing and returns their
+// number, unless force: then they are closed (CLOSE_CONSUMER) first.
+func (s *Server) CloseSubscription(topic, name string, force bool) int {
+	sub := s.openSubscription(topic, name)
+	if sub == nil {
+		return 0
+	}
+	sub.mu.Lock()
+	consumers := append([]*consumer(nil), sub.consumers...)
+	sub.mu.Unlock()
+	if len(consumers) > 0 && !force {
+		return len(consumers)
+	}
+	s.closeConsumers(sub, consumers)
+	sub.ts.dropSubscription(sub)
+	return 0
 }

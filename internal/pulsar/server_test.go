@@ -202,8 +202,6 @@ func TestSubscribeErrors(t *testing.T) {
 	}
 	subscribe("persistent://public/default/missing", pb.CommandSubscribe_Exclusive, 1)
 	r.expectError(pb.ServerError_TopicNotFound, 1)
-	subscribe("persistent://public/default/exists", pb.CommandSubscribe_Key_Shared, 2)
-	r.expectError(pb.ServerError_NotAllowedError, 2)
 	subscribe("persistent://public/default/exists", pb.CommandSubscribe_Exclusive, 3)
 	if f := r.read(); f.Cmd.GetSuccess().GetRequestId() != 3 {
 		t.Fatalf("got %v, want SUCCESS", f.Cmd)
