@@ -184,7 +184,9 @@ ledgers; no data is copied.`,
 			if err != nil {
 				return err
 			}
-			httpServer.Handle("/admin/v2/", br.PulsarAdmin()) // Pulsar's admin REST API
+			pulsarAdmin := br.PulsarAdmin() // Pulsar's admin REST API and its HTTP lookup
+			httpServer.Handle("/admin/v2/", pulsarAdmin)
+			httpServer.Handle("/lookup/v2/", pulsarAdmin)
 			health.SetReady(true)
 			var runErr error
 			select {

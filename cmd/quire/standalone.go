@@ -124,7 +124,9 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	if err != nil {
 		return err
 	}
-	httpServer.Handle("/admin/v2/", br.PulsarAdmin()) // Pulsar's admin REST API
+	pulsarAdmin := br.PulsarAdmin() // Pulsar's admin REST API and its HTTP lookup
+	httpServer.Handle("/admin/v2/", pulsarAdmin)
+	httpServer.Handle("/lookup/v2/", pulsarAdmin)
 	health.SetReady(true)
 	log.Info("quire standalone ready", "cluster", id, "data-dir", o.dataDir, "http", "http://"+httpServer.Addr(),
 		"meta", embedded.Endpoint(), "kafka", o.broker.kafkaAddr, "pulsar", o.broker.pulsarAddr, "startup", time.Since(started).Round(time.Millisecond))

@@ -126,7 +126,7 @@ type pulsarAdmin struct {
 }
 
 // PulsarAdmin returns the handler of Pulsar's admin REST API (paths under
-// /admin/v2/), for the HTTP server.
+// /admin/v2/) and of its HTTP lookup (/lookup/v2/), for the HTTP server.
 func (b *Broker) PulsarAdmin() http.Handler {
 	a := &pulsarAdmin{b: b, client: &http.Client{Timeout: pulsarAdminForwardTimeout}}
 	mux := http.NewServeMux()
@@ -171,6 +171,8 @@ func (b *Broker) PulsarAdmin() http.Handler {
 	h("PUT "+ns+"/{bundle}/unload", a.unloadBundle)
 
 	h("GET /admin/v2/persistent/{tenant}/{ns}", a.listTopics)
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/topics", a.listTopics) // the HTTP lookup's GetTopicsOfNamespace
+	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}", a.lookup)
 	h("GET /admin/v2/persistent/{tenant}/{ns}/partitioned", a.listPartitioned)
 	h("PUT "+topic, a.createTopic)
 	h("DELETE "+topic, a.deleteTopic)
@@ -724,4 +726,30 @@ func clientsOf(fe pulsar.TopicStats) int {
 		n += len(s.Consumers)
 	}
 	return n
+}
+
+// lookup answers Pulsar's HTTP lookup (what a client given an http:// service
+// URL asks before it connects): the owner broker's binary-protocol and HTTP
+// URLs, the owner assigned now when the bundle has none.
+func (a *pulsarAdmin) lookup(w http.ResponseWriter, r *http.Request) error {
+	tp, err := a.topicOf(r)
+	if err != nil {
+		return err
+	}
+	pb, owner, err := a.ownerOf(r.Context(), tp.name)
+	if err != nil {
+		return err
+	}
+	brokerURL := a.b.PulsarURL()
+	if owner.ID != a.b.ID() {
+		res, err := pb.Lookup(r.Context(), tp.name)
+		if err != nil {
+			return err
+		}
+		brokerURL = res.OwnerURL
+	}
+	httpURL := "http://" + owner.HTTPAddr
+	writeJSON(w, http.StatusOK, map[string]string{"brokerUrl": brokerURL, "nativeUrl": brokerURL, "httpUrl": httpURL,
+		"brokerUrlTls": "", "httpUrlTls": ""})
+	return nil
 }

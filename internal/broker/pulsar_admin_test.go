@@ -603,3 +603,38 @@ func TestPulsarAdminAcrossBrokers(t *testing.T) {
 }
 
 func mlogKeyOf(topic string) string { return mlog.Key(pulsarStorageName(topic)) }
+
+// TestPulsarHTTPLookup: a client given the HTTP service URL (the admin
+// port) looks topics up over HTTP (/lookup/v2/topic/...) and the
+// partitioned metadata over the admin API, then produces and consumes over
+// the binary protocol at the URL the lookup names.
+func TestPulsarHTTPLookup(t *testing.T) {
+	c := newTestCluster(t)
+	b, _ := c.startPulsarBroker(nil)
+	api := startAdmin(t, b)
+	var lookup map[string]any
+	api.expect(http.MethodGet, "/lookup/v2/topic/persistent/public/default/over-http", nil, http.StatusOK, &lookup)
+	if lookup["brokerUrl"] != b.PulsarURL() {
+		t.Fatalf("lookup answered %v, want brokerUrl %s", lookup, b.PulsarURL())
+	}
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: api.base, OperationTimeout: pulsarTestTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := pulsarContext(t)
+	const topic = "persistent://public/default/over-http"
+	cons := newConsumer(t, client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	p := newProducer(t, client, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	sendAll(ctx, t, p, 0, 5)
+	for i := range 5 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Payload()) != fmt.Sprint(i) {
+			t.Fatalf("message %d: %q", i, m.Payload())
+		}
+		cons.Ack(m)
+	}
+}
