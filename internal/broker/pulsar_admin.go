@@ -453,6 +453,23 @@ func (a *pulsarAdmin) subscriptionOp(w http.ResponseWriter, r *http.Request, op 
 // topic and partition with storage, and every partition of its
 // partitioned topics, sorted; and the partitioned topics' counts.
 func (a *pulsarAdmin) pulsarTopics(ctx context.Context, ns string) ([]string, map[string]int32, error) {
+	return pulsarTopicsOf(ctx, a.b, ns)
+}
+
+// TopicsOfNamespace implements pulsar.Backend.
+func (pb *pulsarBackend) TopicsOfNamespace(ctx context.Context, ns string) ([]string, error) {
+	topics, _, err := pulsarTopicsOf(ctx, pb.b, ns)
+	if errors.Is(err, catalog.ErrNamespaceNotFound) {
+		return nil, fmt.Errorf("%w: namespace %s", pulsar.ErrNotAllowed, ns)
+	}
+	return topics, err
+}
+
+// pulsarTopicsOf lists a namespace's Pulsar topics: the non-partitioned
+// ones (a managed ledger named after them) and every partition of the
+// partitioned ones; and the partitioned ones' partition counts.
+func pulsarTopicsOf(ctx context.Context, b *Broker, ns string) ([]string, map[string]int32, error) {
+	a := struct{ b *Broker }{b}
 	if _, err := a.b.admin.GetPolicies(ctx, ns); err != nil {
 		return nil, nil, err
 	}

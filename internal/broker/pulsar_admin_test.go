@@ -638,3 +638,30 @@ func TestPulsarHTTPLookup(t *testing.T) {
 		cons.Ack(m)
 	}
 }
+
+// TestPulsarPatternConsumer: a regex consumer lists the namespace's topics
+// (GET_TOPICS_OF_NAMESPACE) and reads every matching one, not the others.
+func TestPulsarPatternConsumer(t *testing.T) {
+	c := newTestCluster(t)
+	b, _ := c.startPulsarBroker(nil)
+	client := pulsarClient(t, b)
+	ctx := pulsarContext(t)
+	for _, topic := range []string{"pat-a", "pat-b", "other"} {
+		p := newProducer(t, client, pulsar.ProducerOptions{Topic: "persistent://public/default/" + topic, DisableBatching: true})
+		sendAll(ctx, t, p, 0, 3)
+	}
+	cons := newConsumer(t, client, pulsar.ConsumerOptions{TopicsPattern: "persistent://public/default/pat-.*",
+		SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	got := map[string]int{}
+	for range 6 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[m.Topic()]++
+		cons.Ack(m)
+	}
+	if len(got) != 2 || got["persistent://public/default/pat-a"] != 3 || got["persistent://public/default/pat-b"] != 3 {
+		t.Fatalf("pattern consumer read %v", got)
+	}
+}

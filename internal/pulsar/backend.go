@@ -86,6 +86,10 @@ type Backend interface {
 	// PartitionedMetadata returns the partition count of a partitioned
 	// topic, 0 for a non-partitioned (or not yet created) one.
 	PartitionedMetadata(ctx context.Context, topic string) (int, error)
+	// TopicsOfNamespace lists a namespace's persistent topics (the
+	// partitions of partitioned ones by their partition names), sorted: what
+	// pattern (regex) consumers subscribe from.
+	TopicsOfNamespace(ctx context.Context, namespace string) ([]string, error)
 	// Topic returns a topic this broker serves, creating it when create is
 	// set and policy allows: ErrTopicNotFound otherwise, ErrServiceNotReady
 	// when another broker owns it.

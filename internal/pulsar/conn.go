@@ -164,6 +164,8 @@ func (c *conn) handle(f *Frame) (err error) {
 		return c.handleLookup(cmd.GetLookupTopic())
 	case pb.BaseCommand_PARTITIONED_METADATA:
 		return c.handlePartitionedMetadata(cmd.GetPartitionMetadata())
+	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
+		return c.handleTopicsOfNamespace(cmd.GetGetTopicsOfNamespace())
 	case pb.BaseCommand_PRODUCER:
 		return c.handleProducer(cmd.GetProducer())
 	case pb.BaseCommand_SEND:
@@ -376,6 +378,22 @@ func (c *conn) handlePartitionedMetadata(cmd *pb.CommandPartitionedTopicMetadata
 		resp.Partitions = proto.Uint32(uint32(n))
 	}
 	return c.send(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: resp})
+}
+
+// handleTopicsOfNamespace answers a pattern consumer's listing. Every topic
+// here is persistent, so NON_PERSISTENT lists none. The client filters by
+// its pattern (the answer is not Filtered) and gets the whole list each time
+// (no topics hash).
+func (c *conn) handleTopicsOfNamespace(cmd *pb.CommandGetTopicsOfNamespace) error {
+	var topics []string
+	if cmd.GetMode() != pb.CommandGetTopicsOfNamespace_NON_PERSISTENT {
+		var err error
+		if topics, err = c.s.backend.TopicsOfNamespace(c.ctx, cmd.GetNamespace()); err != nil {
+			return c.sendError(cmd.GetRequestId(), err, "topics of namespace "+cmd.GetNamespace())
+		}
+	}
+	return c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE.Enum(),
+		GetTopicsOfNamespaceResponse: &pb.CommandGetTopicsOfNamespaceResponse{RequestId: proto.Uint64(cmd.GetRequestId()), Topics: topics}})
 }
 
 func (c *conn) sendSuccess(requestID uint64) error {

@@ -133,9 +133,10 @@ func (c *modelCursor) Reset(context.Context, MessageID) error { return ErrNotAll
 
 type nopBackend struct{}
 
-func (nopBackend) Lookup(context.Context, string) (LookupResult, error)     { return LookupResult{}, nil }
-func (nopBackend) PartitionedMetadata(context.Context, string) (int, error) { return 0, nil }
-func (nopBackend) Topic(context.Context, string, bool) (Topic, error)       { return nil, ErrTopicNotFound }
+func (nopBackend) Lookup(context.Context, string) (LookupResult, error)        { return LookupResult{}, nil }
+func (nopBackend) PartitionedMetadata(context.Context, string) (int, error)    { return 0, nil }
+func (nopBackend) TopicsOfNamespace(context.Context, string) ([]string, error) { return nil, nil }
+func (nopBackend) Topic(context.Context, string, bool) (Topic, error)          { return nil, ErrTopicNotFound }
 
 // checkDispatchInvariants recounts the subscription's derived state under
 // its lock.

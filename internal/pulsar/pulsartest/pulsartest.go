@@ -7,7 +7,9 @@ package pulsartest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -51,6 +53,22 @@ func (b *Backend) PartitionedMetadata(_ context.Context, topic string) (int, err
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.Partitions[topic], nil
+}
+
+// TopicsOfNamespace implements pulsar.Backend: the topics created so far
+// under persistent://namespace/.
+func (b *Backend) TopicsOfNamespace(_ context.Context, namespace string) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prefix := "persistent://" + namespace + "/"
+	var out []string
+	for name := range b.topics {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // Topic implements pulsar.Backend.
