@@ -267,7 +267,7 @@ func TestReadAheadNotHeldByAnIdleReader(t *testing.T) {
 	st, _ := tp.Stats(ctx)
 	hits, misses := st.ReadAheadHits-before.ReadAheadHits, st.CacheMisses-before.CacheMisses
 	t.Logf("replay of %d entries after an idle reader: %d read-ahead hits, %d bookie reads", n, hits, misses)
-	if misses > n/4 {
+	if misses > n/2 { // 7-155 seen (the higher under -race); 562 with the old rule
 		t.Fatalf("%d of %d entries read from the bookies: the idle reader's entries kept the replay from being read ahead", misses, n)
 	}
 }
