@@ -260,21 +260,24 @@ func (b *Broker) closeAll() {
 
 // dropWhere closes, in parallel, every loaded partition that match picks.
 func (b *Broker) dropWhere(match func(*loaded) bool) {
-	b.mu.Lock()
-	var doomed []*loaded
-	for _, l := range b.parts {
-		if match(l) {
-			doomed = append(doomed, l)
+	dropMatching(&b.mu, b.parts, match, b.drop)
+}
+
+// dropMatching picks, under mu, the values of m that match chooses, then
+// drops them in parallel (unlocked) and waits: the partitions or Pulsar
+// topics of a released bundle, or all of them at shutdown.
+func dropMatching[V any](mu sync.Locker, m map[string]V, match func(V) bool, drop func(V)) {
+	mu.Lock()
+	var doomed []V
+	for _, v := range m {
+		if match(v) {
+			doomed = append(doomed, v)
 		}
 	}
-	b.mu.Unlock()
+	mu.Unlock()
 	var wg sync.WaitGroup
-	for _, l := range doomed {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.drop(l)
-		}()
+	for _, v := range doomed {
+		wg.Go(func() { drop(v) })
 	}
 	wg.Wait()
 }

@@ -515,21 +515,5 @@ func (pb *pulsarBackend) drop(t *pulsarTopic) {
 
 // dropWhere closes, in parallel, every topic that match picks.
 func (pb *pulsarBackend) dropWhere(match func(*pulsarTopic) bool) {
-	pb.mu.Lock()
-	var doomed []*pulsarTopic
-	for _, t := range pb.topics {
-		if match(t) {
-			doomed = append(doomed, t)
-		}
-	}
-	pb.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, t := range doomed {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pb.drop(t)
-		}()
-	}
-	wg.Wait()
+	dropMatching(&pb.mu, pb.topics, match, pb.drop)
 }
