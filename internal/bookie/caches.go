@@ -19,6 +19,10 @@ func (k cacheKey) compare(o cacheKey) int {
 type cachedEntry struct {
 	lastAddConfirmed int64
 	payload          []byte
+	// replayed marks a write-cache entry that Open replayed from the
+	// journal: durable on this bookie before any checkpoint, unlike an add
+	// of this run whose fsync may still be pending or may have failed.
+	replayed bool
 }
 
 // entryOverhead approximates per-entry memory beyond the payload (map slot,

@@ -557,3 +557,87 @@ func TestCompactionSpendsBallastOnFullDisk(t *testing.T) {
 		}
 	}
 }
+
+// A bookie out of space acknowledges a recovery add of an entry it holds
+// durably — checkpointed, or replayed from the journal at Open — without
+// writing it, and refuses one for an entry of this run not yet checkpointed
+// (its fsync may have failed). Without the first, the recovery of a ledger
+// whose bookies are all full never reaches its ack quorum after a restart.
+func TestRecoveryAddsOnFullDisk(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	q := newFaultFS(crashableFS{mem}, 3)
+	q.injectInto = func(path string) bool { return strings.Contains(path, "entrylog-") }
+	cfg := diskTestConfig(q)
+	e := openTest(t, cfg)
+	add := func(e *Engine, i int64, recovery bool) error {
+		return addWait(t, e, AddRequest{LedgerID: 1, EntryID: i, LastAddConfirmed: i - 1, Recovery: recovery, Payload: payloadFor(1, i, 4<<10)})
+	}
+	for i := range int64(20) {
+		if err := add(e, i, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(20); i < 40; i++ {
+		if err := add(e, i, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.injectOneIn.Store(1) // every entry-log write fails: out of space
+	if err := e.Checkpoint(); !isNoSpace(err) {
+		t.Fatalf("checkpoint on a full disk = %v, want ENOSPC", err)
+	}
+	if st := e.Stats(); st.ReadOnlyReason != reasonNoSpace {
+		t.Fatalf("Stats = %+v, want read-only no_space", st)
+	}
+	for i := range int64(20) {
+		if err := add(e, i, true); err != nil {
+			t.Fatalf("recovery add of checkpointed entry %d on a full disk: %v", i, err)
+		}
+	}
+	for i := int64(20); i < 40; i++ {
+		if err := add(e, i, true); !errors.Is(err, ErrReadOnly) {
+			t.Fatalf("recovery add of entry %d, cached in this run, on a full disk = %v, want ErrReadOnly", i, err)
+		}
+	}
+	if err := add(e, 40, true); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("recovery add of an entry not held on a full disk = %v, want ErrReadOnly", err)
+	}
+	if err := add(e, 40, false); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("add on a full disk = %v, want ErrReadOnly", err)
+	}
+	if st := e.Stats(); st.RecoveryAddsHeld != 20 {
+		t.Fatalf("RecoveryAddsHeld = %d, want 20", st.RecoveryAddsHeld)
+	}
+
+	// Restarted on the full disk: entries 20..39 come back from the
+	// journal, and every entry is held.
+	if err := e.close(false); err != nil {
+		t.Fatal(err)
+	}
+	q.capacity.Store(q.used())
+	e = openTest(t, cfg)
+	if ro, reason := e.ReadOnlyReason(); !ro {
+		t.Fatal("writable on a full disk")
+	} else {
+		t.Logf("reopened on a full disk: %s", reason)
+	}
+	for i := range int64(40) {
+		if err := add(e, i, true); err != nil {
+			t.Fatalf("recovery add of entry %d after a restart on a full disk: %v", i, err)
+		}
+	}
+	if err := add(e, 40, true); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("recovery add of an entry not held after a restart = %v, want ErrReadOnly", err)
+	}
+	// Another payload under a held entry id is not held: 5 is in an entry
+	// log, 25 replayed.
+	for _, i := range []int64{5, 25} {
+		err := addWait(t, e, AddRequest{LedgerID: 1, EntryID: i, LastAddConfirmed: i - 1, Recovery: true, Payload: payloadFor(1, i+100, 4<<10)})
+		if !errors.Is(err, ErrReadOnly) {
+			t.Fatalf("recovery add of entry %d with another payload = %v, want ErrReadOnly", i, err)
+		}
+	}
+}

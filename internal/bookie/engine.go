@@ -1,6 +1,7 @@
 package bookie
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -346,6 +347,7 @@ func (e *Engine) recover() error {
 		}
 		ls.lastAddConfirmed = max(ls.lastAddConfirmed, v.lastAddConfirmed)
 		v.payload = e.arena.clone(v.payload)
+		v.replayed = true
 		e.wc.active.put(k, v)
 	})
 	if err != nil {
@@ -421,7 +423,19 @@ func (e *Engine) Add(req AddRequest, done func(err error)) {
 	e.mu.Lock()
 	for {
 		if err := e.addAllowedLocked(req); err != nil {
+			held, cached := false, false
+			if req.Recovery && errors.Is(err, ErrReadOnly) {
+				held, cached = e.heldInWriteCacheLocked(k, req.Payload)
+			}
 			e.mu.Unlock()
+			if req.Recovery && errors.Is(err, ErrReadOnly) && !cached {
+				held = e.heldInEntryLogs(k, req.Payload)
+			}
+			if held {
+				e.counters.recoveryAddsHeld.Add(1)
+				done(nil)
+				return
+			}
 			e.counters.addsFailed.Add(1)
 			done(err)
 			return
@@ -500,6 +514,48 @@ func (e *Engine) addAllowedLocked(req AddRequest) error {
 // above half the reserve. Out of space, it takes none.
 func (e *Engine) recoveryAddAllowedLocked(req AddRequest) bool {
 	return req.Recovery && e.readOnlyReason == reasonDiskUsage && e.disk.free >= e.cfg.DiskReserveBytes/2
+}
+
+// A read-only bookie that cannot take a recovery add (out of space) still
+// acknowledges one for an entry it already holds durably with the same
+// payload: checkpointed to an entry log, or replayed from the journal at
+// Open. Rewriting it would change nothing on disk, and without these
+// acknowledgements the recovery of a ledger whose bookies are all full —
+// every open ledger after a restart on a full disk — could never reach its
+// ack quorum: the ledger could not be closed, and no topic on it taken over
+// to serve its reads. An add of this run still in the write cache does not
+// count (nor does an older version under it in the entry logs): its fsync
+// may be pending, or may have failed (its entry stays cached while its add
+// is refused), so a recovery counting it could close the ledger over an
+// entry a restart loses.
+
+// heldInWriteCacheLocked reports whether the write cache has k (cached)
+// and, if so, whether it was replayed from the journal with this payload
+// (held). The caller holds mu.
+func (e *Engine) heldInWriteCacheLocked(k cacheKey, payload []byte) (held, cached bool) {
+	if ls := e.ledgers[k.ledgerID]; ls == nil || ls.deleted {
+		return false, true // nothing to look for elsewhere
+	}
+	v, ok := e.wc.get(k)
+	if !ok {
+		return false, false
+	}
+	return v.replayed && bytes.Equal(v.payload, payload), true
+}
+
+// heldInEntryLogs reports whether an entry log holds k with this payload.
+func (e *Engine) heldInEntryLogs(k cacheKey, payload []byte) bool {
+	e.gcMu.RLock()
+	defer e.gcMu.RUnlock()
+	if e.dbClosed.Load() {
+		return false
+	}
+	loc, ok, err := e.lookup(k)
+	if err != nil || !ok {
+		return false
+	}
+	v, err := e.logs.read(loc, k)
+	return err == nil && bytes.Equal(v.payload, payload)
 }
 
 func (e *Engine) ledgerLocked(id int64) *ledgerState {
@@ -761,6 +817,7 @@ func (e *Engine) Stats() Stats {
 		GCPasses:             c.gcPasses.Load(), GCReclaimedBytes: c.gcReclaimedBytes.Load(),
 		GCRelocatedEntries: c.gcRelocated.Load(),
 		NoSpaceErrors:      c.noSpaceErrors.Load(),
+		RecoveryAddsHeld:   c.recoveryAddsHeld.Load(),
 	}
 	s.EntryLogBytes, s.EntryLogFiles = e.logs.totalBytes()
 	e.mu.RLock()

@@ -137,6 +137,7 @@ type counters struct {
 	gcPasses, gcReclaimedBytes, gcRelocated      atomic.Uint64
 	replayedRecords                              atomic.Uint64
 	noSpaceErrors                                atomic.Uint64
+	recoveryAddsHeld                             atomic.Uint64
 }
 
 // Stats is a snapshot of the engine's counters.
@@ -179,4 +180,8 @@ type Stats struct {
 	// NoSpaceErrors counts writes that failed, or were not started, for
 	// lack of space (each turned the bookie read-only).
 	NoSpaceErrors uint64
+	// RecoveryAddsHeld counts recovery adds that a bookie out of space
+	// acknowledged without writing, because it already held the entry
+	// durably (see Engine.Add).
+	RecoveryAddsHeld uint64
 }
