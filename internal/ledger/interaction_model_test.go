@@ -22,14 +22,28 @@ type modelBookie struct {
 	// down: the process is gone; requests reaching it fail at once (a refused
 	// connection). Its storage survives (the journal was fsynced), as after a
 	// crash and a restart.
-	down    bool
-	ledgers map[int64]*bookieLedger
+	down bool
+	// readOnly: out of space. Reads and fencing are served; an add is
+	// refused unless it is a recovery add of an entry the bookie already
+	// holds, which it acknowledges without writing (as the real bookie
+	// does for entries it holds durably).
+	readOnly bool
+	ledgers  map[int64]*bookieLedger
 }
 
 type bookieLedger struct {
 	entries map[int64][]byte // framed, exactly as the writer sent them
 	lac     int64
 	fenced  bool
+}
+
+// entryIfKnown returns the entry when the ledger is known and holds it.
+func (l *bookieLedger) entryIfKnown(known bool, entry int64) ([]byte, bool) {
+	if !known {
+		return nil, false
+	}
+	data, ok := l.entries[entry]
+	return data, ok
 }
 
 func newModelBookie(id ledger.BookieID, zone string) *modelBookie {
@@ -57,6 +71,13 @@ func (b *modelBookie) handle(req ledger.Request) ledger.Response {
 	}
 	switch req.Kind {
 	case ledger.RequestAdd:
+		if b.readOnly {
+			l, known := b.ledgers[req.LedgerID]
+			if _, held := l.entryIfKnown(known, req.EntryID); !req.Recovery || !held {
+				resp.Status = ledger.StatusFailed
+				return resp
+			}
+		}
 		l := b.ledger(req.LedgerID)
 		if l.fenced && !req.Recovery {
 			resp.Status = ledger.StatusFenced

@@ -40,6 +40,8 @@ import (
 //	stabilize [quiet]                      deliver everything until the network is quiet
 //	tick [n=1] [who=A]                     logical time for the running state machines
 //	crash b2 / restart b2                  a bookie process dies (its disk survives) / returns
+//	read-only b1 b2 / writable b1          bookies out of space: reads served, adds refused except
+//	                                       recovery adds of entries they hold (answered at once)
 //	lose-entry b2 entry=5                  a bookie loses one entry (a bad sector; the ledger is
 //	                                       under-replicated until autorecovery copies it back)
 //	pause-writer / resume-writer           a GC pause: answers to the writer wait
@@ -186,6 +188,8 @@ func (e *env) run(t *testing.T, d *datadriven.TestData) (output string) {
 		e.cmdTick(d)
 	case "crash", "restart":
 		e.cmdBookieProcess(d)
+	case "read-only", "writable":
+		e.cmdBookieDisk(d)
 	case "lose-entry":
 		e.cmdLoseEntry(d)
 	case "pause-writer":
@@ -328,7 +332,7 @@ func (e *env) clusterView() []ledger.BookieInfo {
 	out := make([]ledger.BookieInfo, 0, len(e.bookieOrder))
 	for _, id := range e.bookieOrder {
 		b := e.bookies[id]
-		out = append(out, ledger.BookieInfo{ID: id, Zone: b.zone, Writable: !b.down})
+		out = append(out, ledger.BookieInfo{ID: id, Zone: b.zone, Writable: !b.down && !b.readOnly})
 	}
 	return out
 }
@@ -811,6 +815,30 @@ func (e *env) cmdTick(d *datadriven.TestData) {
 			e.event("tick %d:", e.ticks)
 			e.out.WriteString(produced)
 		}
+	}
+}
+
+// cmdBookieDisk turns bookies read-only (out of space) or writable again.
+func (e *env) cmdBookieDisk(d *datadriven.TestData) {
+	if len(d.CmdArgs) == 0 {
+		e.scriptFail("want bare names, as in %q", d.Cmd+" b1 b2")
+	}
+	for _, a := range d.CmdArgs {
+		id := ledger.BookieID(a.Key)
+		b := e.bookies[id]
+		if b == nil {
+			e.scriptFail("unknown bookie %s", id)
+		}
+		b.readOnly = d.Cmd == "read-only"
+		if b.readOnly {
+			e.event("%s is read-only (out of space): it serves reads and refuses adds", id)
+		} else {
+			e.event("%s is writable", id)
+		}
+	}
+	if e.writer != nil && e.writer.state == clientRunning {
+		e.writer.writer.SetCluster(e.clusterView())
+		e.drain(e.writer)
 	}
 }
 

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 
 	"quire/internal/invariants"
@@ -68,6 +69,9 @@ type Recovery struct {
 	found     map[int64]*recoveredEntry
 	lastEntry int64 // -2 until the end is known
 	length    int64
+	// abandoned is the found entry the recovery ended before, as never
+	// acknowledged and impossible to re-replicate (maybeAbandon); -1: none.
+	abandoned int64
 
 	ready Ready
 }
@@ -91,6 +95,9 @@ type recoveredEntry struct {
 	data   []byte
 	acked  map[BookieID]bool
 	length int64
+	// negatives: bookies that answered the lookup without the entry;
+	// refused: bookies that answered its re-replication with a failure.
+	negatives, refused map[BookieID]bool
 }
 
 // NewRecovery returns a recovery; call Start to begin.
@@ -101,7 +108,7 @@ func NewRecovery(cfg RecoveryConfig) *Recovery {
 	if cfg.RetryTicks == 0 {
 		cfg.RetryTicks = 3
 	}
-	return &Recovery{cfg: cfg, outstanding: map[uint64]recoveryRequest{}, lastEntry: -2}
+	return &Recovery{cfg: cfg, outstanding: map[uint64]recoveryRequest{}, lastEntry: -2, abandoned: -1}
 }
 
 // Done reports whether recovery finished: the CLOSED metadata, or an error.
@@ -111,6 +118,11 @@ func (r *Recovery) Done() (bool, Metadata, error) {
 	}
 	return true, r.md.Clone(), r.err
 }
+
+// Abandoned returns the found entry the recovery ended the ledger before,
+// because it was provably never acknowledged and its bookies refused to
+// take copies of it (all read-only, say); ok is false when there is none.
+func (r *Recovery) Abandoned() (entry int64, ok bool) { return r.abandoned, r.abandoned >= 0 }
 
 // Phase names the current step (diagnostics and traces).
 func (r *Recovery) Phase() string { return r.phase.String() }
@@ -219,7 +231,7 @@ func (r *Recovery) startFence() {
 	r.phase = phaseFence
 	r.fenced = map[int]bool{}
 	r.maxLAC = -1
-	r.readState, r.found, r.lastEntry, r.length = nil, nil, -2, 0
+	r.readState, r.found, r.lastEntry, r.length, r.abandoned = nil, nil, -2, 0, -1
 	for idx, b := range r.lastEnsemble() {
 		r.send(Request{To: b, Kind: RequestRead, LedgerID: r.cfg.LedgerID, EntryID: -1, Fence: r.fenceFlag()}, idx)
 	}
@@ -315,7 +327,14 @@ func (r *Recovery) lookup(entry int64) {
 func (r *Recovery) stepRead(o recoveryRequest, resp Response) {
 	ls := r.readState
 	if ls == nil || o.req.EntryID != ls.entry {
-		return // a late answer about an entry already decided
+		// A late answer about an entry already decided. A negative one
+		// still counts toward proving that a found entry was never
+		// acknowledged (see maybeAbandon).
+		if e := r.found[o.req.EntryID]; e != nil && (resp.Status == StatusNoSuchEntry || resp.Status == StatusNoSuchLedger) {
+			e.negatives[resp.From] = true
+			r.maybeAbandon(o.req.EntryID)
+		}
+		return
 	}
 	switch resp.Status {
 	case StatusOK:
@@ -325,7 +344,8 @@ func (r *Recovery) stepRead(o recoveryRequest, resp Response) {
 			r.retry(o)
 			return
 		}
-		r.found[ls.entry] = &recoveredEntry{data: resp.Payload, acked: map[BookieID]bool{}, length: length}
+		r.found[ls.entry] = &recoveredEntry{data: resp.Payload, acked: map[BookieID]bool{}, length: length,
+			negatives: maps.Clone(ls.negatives), refused: map[BookieID]bool{}}
 		r.length = length
 		r.replicate(ls.entry)
 		r.lookup(ls.entry + 1)
@@ -372,10 +392,50 @@ func (r *Recovery) stepWrite(o recoveryRequest, resp Response) {
 		return
 	}
 	if resp.Status != StatusOK {
+		e.refused[resp.From] = true
 		r.retry(o)
+		r.maybeAbandon(o.req.EntryID)
 		return
 	}
 	e.acked[resp.From] = true
+	r.maybeClose()
+}
+
+// maybeAbandon ends the recovered ledger before entry when entry can be
+// proved never acknowledged and cannot be re-replicated: it is on fewer
+// than Qa bookies, Qw−Qa+1 bookies of its write quorum said they lack it
+// (and have not taken it since: the proof that ends the lookup), and every
+// bookie of its write quorum has answered its re-replication, each
+// refusal being retried. Without this a recovery whose bookies refuse
+// writes — all read-only, out of space — would retry for ever an entry
+// that only one bookie ever stored. The entries after it go too: the
+// writer acknowledges in entry order, so none of them was acknowledged
+// either. The entry looked up first (the highest LAC's) is never
+// abandoned.
+func (r *Recovery) maybeAbandon(entry int64) {
+	e := r.found[entry]
+	if r.phase != phaseRead || e == nil || entry <= r.firstRead || len(e.acked) >= r.md.AckQuorum {
+		return
+	}
+	absent := 0
+	for b := range e.negatives {
+		if !e.acked[b] {
+			absent++
+		}
+	}
+	if absent < r.md.WriteQuorum-r.md.AckQuorum+1 {
+		return
+	}
+	for _, b := range r.md.WriteQuorumBookies(entry) {
+		if !e.acked[b] && !e.refused[b] {
+			return
+		}
+	}
+	for x := entry; x < r.nextRead; x++ {
+		delete(r.found, x)
+	}
+	r.nextRead, r.readState, r.lastEntry, r.abandoned = entry, nil, entry-1, entry
+	r.length = r.found[entry-1].length
 	r.maybeClose()
 }
 

@@ -37,6 +37,11 @@ type bookie struct {
 	id   ledger.BookieID
 	zone string
 	up   bool
+	// readOnly > 0: out of space (faults may overlap). Reads and fences
+	// are served; adds are refused, except a recovery add of an entry the
+	// bookie holds durably, acknowledged without writing — as
+	// internal/bookie does for entries checkpointed or replayed.
+	readOnly int
 	// epoch changes at every crash, so that a group commit that was in
 	// progress when the bookie crashed completes nothing.
 	epoch   int
@@ -95,6 +100,16 @@ func (b *bookie) receive(from string, gen int, req ledger.Request) {
 	}
 	if e.chance(b.s.bookieCfg.failProb) {
 		e.tracef(b.name(), "refuses %s from %s (injected failure)", describeRequest(req), from)
+		b.respond(from, gen, req, ledger.Response{ID: req.ID, From: b.id, Status: ledger.StatusFailed})
+		return
+	}
+	if req.Kind == ledger.RequestAdd && b.readOnly > 0 {
+		if _, held := b.durable(req.LedgerID, req.EntryID); req.Recovery && held {
+			e.tracef(b.name(), "read-only: holds e%d, acknowledges %s's recovery add", req.EntryID, from)
+			b.respond(from, gen, req, ledger.Response{ID: req.ID, From: b.id, Status: ledger.StatusOK})
+			return
+		}
+		e.tracef(b.name(), "read-only: refuses %s from %s", describeRequest(req), from)
 		b.respond(from, gen, req, ledger.Response{ID: req.ID, From: b.id, Status: ledger.StatusFailed})
 		return
 	}

@@ -46,6 +46,10 @@ type Stats struct {
 	Events, Messages, Dropped    int
 	EntriesAdded, Acked          int
 	Crashes, Partitions, Outages int
+	// DisksFull counts read-only (out of space) faults; RecoveryAbandoned
+	// the recoveries that ended before an entry they found (never
+	// acknowledged, and refused by its read-only bookies).
+	DisksFull, RecoveryAbandoned int
 	// LostUnsynced counts entries that bookie crashes lost before their fsync.
 	LostUnsynced int
 	// FencedRejects counts adds and explicit LAC updates a fenced bookie refused.
@@ -262,6 +266,9 @@ func (s *ledgerSim) setUp() {
 		e.at(fallback+d.delay, s.recoverers[d.index].start)
 	}
 	for _, f := range sc.faults {
+		if f.at < 0 {
+			continue // at the writer's pause (writerActor.pause)
+		}
 		e.at(f.at, func() { s.inject(f) })
 	}
 }
@@ -306,7 +313,7 @@ func (s *ledgerSim) createLedger() bool {
 func (s *ledgerSim) clusterView() []ledger.BookieInfo {
 	out := make([]ledger.BookieInfo, 0, len(s.bookies))
 	for _, b := range s.bookies {
-		out = append(out, ledger.BookieInfo{ID: b.id, Zone: b.zone, Writable: b.up})
+		out = append(out, ledger.BookieInfo{ID: b.id, Zone: b.zone, Writable: b.up && b.readOnly == 0})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -349,6 +356,23 @@ func (s *ledgerSim) inject(f fault) {
 		e.tracef("sim", "PARTITION: %s <-> %s cut for %v", f.node, f.other, f.dur)
 		s.net.cut(f.node, f.other, f.dur)
 		s.net.cut(f.other, f.node, f.dur)
+	case faultReadOnly, faultAllReadOnly:
+		bs := s.bookies
+		if f.kind == faultReadOnly {
+			bs = bs[f.bookie : f.bookie+1]
+		}
+		s.stats.DisksFull++
+		for _, b := range bs {
+			b.readOnly++
+			e.tracef(b.name(), "READ-ONLY (out of space) for %v", f.dur)
+		}
+		s.clusterChanged()
+		e.after(f.dur, func() {
+			for _, b := range bs {
+				b.readOnly--
+			}
+			s.clusterChanged()
+		})
 	case faultMetaOutage:
 		s.stats.Outages++
 		e.tracef("meta", "OUTAGE for %v", f.dur)

@@ -52,26 +52,28 @@ func TestLedgerNoViolations(t *testing.T) {
 		}
 		st := r.Stats
 		for name, hit := range map[string]bool{
-			"writer paused":                      st.WriterPaused,
-			"zombie fenced":                      st.WriterEnd == "fenced",
-			"fenced bookie refused":              st.FencedRejects > 0,
-			"ensemble change":                    st.EnsembleChanges > 0,
-			"CAS conflict":                       st.CASConflicts > 0,
-			"ambiguous metadata":                 st.AmbiguousMeta > 0,
-			"crash lost unsynced":                st.LostUnsynced > 0,
-			"bookie crash":                       st.Crashes > 0,
-			"partition":                          st.Partitions > 0,
-			"metadata outage":                    st.Outages > 0,
-			"reader retried":                     st.ReaderRetries > 0,
-			"messages dropped":                   st.Dropped > 0,
-			"entries past first ack":             st.LastEntryID > 0,
-			"writer closed it itself":            st.WriterEnd == "closed",
-			"explicit LAC applied":               st.ExplicitLacs > 0,
-			"reader range failed over":           st.ReaderFailovers > 0,
-			"reader short answer":                st.ReaderShortAnswers > 0,
-			"reader across fragments":            st.ReaderFragments > 0,
-			"fault while reading":                st.ReaderPhaseFaults > 0,
-			"read across fragments, failed over": st.ReaderFragments > 0 && st.ReaderFailovers > 0,
+			"writer paused":                                st.WriterPaused,
+			"zombie fenced":                                st.WriterEnd == "fenced",
+			"fenced bookie refused":                        st.FencedRejects > 0,
+			"ensemble change":                              st.EnsembleChanges > 0,
+			"CAS conflict":                                 st.CASConflicts > 0,
+			"ambiguous metadata":                           st.AmbiguousMeta > 0,
+			"crash lost unsynced":                          st.LostUnsynced > 0,
+			"bookie crash":                                 st.Crashes > 0,
+			"partition":                                    st.Partitions > 0,
+			"metadata outage":                              st.Outages > 0,
+			"reader retried":                               st.ReaderRetries > 0,
+			"messages dropped":                             st.Dropped > 0,
+			"entries past first ack":                       st.LastEntryID > 0,
+			"writer closed it itself":                      st.WriterEnd == "closed",
+			"explicit LAC applied":                         st.ExplicitLacs > 0,
+			"reader range failed over":                     st.ReaderFailovers > 0,
+			"reader short answer":                          st.ReaderShortAnswers > 0,
+			"reader across fragments":                      st.ReaderFragments > 0,
+			"fault while reading":                          st.ReaderPhaseFaults > 0,
+			"read across fragments, failed over":           st.ReaderFragments > 0 && st.ReaderFailovers > 0,
+			"disk full":                                    st.DisksFull > 0,
+			"recovery ended before an unconfirmable entry": st.RecoveryAbandoned > 0,
 		} {
 			if hit {
 				reached[name]++
@@ -82,7 +84,7 @@ func TestLedgerNoViolations(t *testing.T) {
 		"ambiguous metadata", "crash lost unsynced", "bookie crash", "partition", "metadata outage", "reader retried",
 		"messages dropped", "entries past first ack", "writer closed it itself", "explicit LAC applied",
 		"reader range failed over", "reader short answer", "reader across fragments", "fault while reading",
-		"read across fragments, failed over"} {
+		"read across fragments, failed over", "disk full", "recovery ended before an unconfirmable entry"} {
 		if reached[name] == 0 {
 			t.Errorf("no run of seeds 1-%d reached %q: the scenario generator lost a fault", seeds, name)
 		}

@@ -130,6 +130,10 @@ func (r *recovererActor) after() {
 		} else {
 			s.e.tracef(r.name(), "RECOVERY done: %s", describeMetadata(md))
 		}
+		if entry, ok := r.core.Abandoned(); ok && err == nil {
+			s.stats.RecoveryAbandoned++
+			s.e.tracef(r.name(), "ended before e%d: never acknowledged, and its bookies refused copies", entry)
+		}
 		s.onRecoveryDone()
 	}
 }

@@ -76,6 +76,8 @@ const (
 	faultCutLink                            // both directions between an actor and a bookie
 	faultMetaOutage                         // the metadata store answers nothing but ErrUnavailable
 	faultMetaPartition                      // one actor cannot reach the metadata store
+	faultReadOnly                           // a bookie out of space: reads served, adds refused
+	faultAllReadOnly                        // every bookie out of space at once
 )
 
 type fault struct {
@@ -99,6 +101,10 @@ func (f fault) String() string {
 		return fmt.Sprintf("meta outage at %v for %v", f.at, f.dur)
 	case faultMetaPartition:
 		return fmt.Sprintf("cut %s<->meta at %v for %v", f.node, f.at, f.dur)
+	case faultReadOnly:
+		return fmt.Sprintf("b%d read-only at %v for %v", f.bookie, f.at, f.dur)
+	case faultAllReadOnly:
+		return fmt.Sprintf("every bookie read-only at %v for %v", f.at, f.dur)
 	}
 	return "?"
 }
@@ -222,6 +228,19 @@ func newScenario(e *engine) scenario {
 			f.kind = faultIsolate
 		}
 		sc.readerFaults = append(sc.readerFaults, f)
+	}
+	// Full disks (drawn last, as above): a bookie, or every bookie at
+	// once, turns read-only for a while. A recovery then meets bookies
+	// that refuse its copies of entries they do not hold.
+	if e.chance(0.3) {
+		f := fault{kind: faultReadOnly, bookie: e.intn(0, sc.bookies-1), at: e.between(0, horizon), dur: e.between(50*time.Millisecond, 2*time.Second)}
+		if e.chance(0.6) {
+			f.kind = faultAllReadOnly
+			if sc.pause && e.chance(0.7) { // as the writer freezes, before the recoveries
+				f.at = -1
+			}
+		}
+		sc.faults = append(sc.faults, f)
 	}
 	return sc
 }

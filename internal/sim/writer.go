@@ -187,6 +187,11 @@ func (w *writerActor) pause() {
 		r := w.s.recoverers[at.index]
 		e.after(at.delay, r.start)
 	}
+	for _, f := range sc.faults {
+		if f.at < 0 { // the disks fill as the writer freezes
+			e.after(e.between(0, 5*time.Millisecond), func() { w.s.inject(f) })
+		}
+	}
 	e.at(w.resumeAt, w.resume)
 }
 
