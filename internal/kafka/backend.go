@@ -199,6 +199,18 @@ type Backend interface {
 	MaxMessageBytes() int32
 }
 
+// ReplicaFetchBackend is implemented by a Backend whose partitions are
+// replicated by follower brokers fetching from their leaders (ISR mode). A
+// Fetch from a replica (replica_id ≥ 0, or from v15 replica_state's
+// replica_id ≥ 0) goes to HandleReplicaFetch whole instead of being served
+// like a consumer's: it answers every partition of the request (errors as
+// kerr codes), long-polls as max_wait_ms and min_bytes ask, and returns a
+// response of the request's version (req.ResponseKind()). A Backend without
+// it serves replica fetches like a consumer's.
+type ReplicaFetchBackend interface {
+	HandleReplicaFetch(ctx context.Context, req *kmsg.FetchRequest) *kmsg.FetchResponse
+}
+
 // ClientInfo names the client a request came from: its client.id and
 // host. The front end puts it in the context of every group request, so
 // DescribeGroups can show who the members are.

@@ -20,7 +20,9 @@ package kafka
 // watermark; aborted_transactions is always null. current_leader_epoch and
 // last_fetched_epoch are not checked (there is no epoch history to check
 // against; OffsetForLeaderEpoch is not advertised). Replica (follower)
-// fetches are served like a consumer's. preferred_read_replica is −1.
+// fetches are served like a consumer's, unless the backend implements
+// ReplicaFetchBackend: then it answers them whole (epochs, diverging epoch,
+// its own long-poll). preferred_read_replica is −1.
 
 import (
 	"context"
@@ -39,7 +41,29 @@ var noRecords = []byte{}
 
 func handleFetch(s *Server, _ context.Context, rq *request) finishFunc {
 	req := rq.kreq.(*kmsg.FetchRequest)
+	if rb, ok := s.backend.(ReplicaFetchBackend); ok && (req.ReplicaID >= 0 || req.ReplicaState.ID >= 0) {
+		return func(ctx context.Context) kmsg.Response { return s.replicaFetch(ctx, rq, rb, req) }
+	}
 	return func(ctx context.Context) kmsg.Response { return s.fetch(ctx, rq, req) }
+}
+
+// replicaFetch hands a follower's fetch to the backend. A backend that
+// answers nothing gets UNKNOWN_SERVER_ERROR on the wire rather than no
+// response, which would stall the connection's pipeline.
+func (s *Server) replicaFetch(ctx context.Context, rq *request, rb ReplicaFetchBackend, req *kmsg.FetchRequest) kmsg.Response {
+	resp := rb.HandleReplicaFetch(ctx, req)
+	if resp == nil {
+		resp = req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+	}
+	resp.SetVersion(req.Version)
+	rq.note(resp.ErrorCode)
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			rq.note(p.ErrorCode)
+		}
+	}
+	return resp
 }
 
 // fetchPartition is a partition being fetched.

@@ -1,0 +1,370 @@
+package isrnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"quire/internal/isr"
+	"quire/internal/isr/disklog"
+	"quire/internal/loop"
+)
+
+// Status is what a replica shows of itself: its role and epoch, the ISR of
+// the record it applied, and its offsets.
+type Status struct {
+	Partition      string
+	Role           isr.Role
+	Leader         isr.BrokerID
+	LeaderEpoch    int32
+	ISR            []isr.BrokerID
+	HighWatermark  int64
+	LogEndOffset   int64
+	LogStartOffset int64
+	// Truncations counts the times the replica cut its log (DivergingEpoch)
+	// since it was opened.
+	Truncations int64
+}
+
+func (s Status) same(o Status) bool {
+	return s.Role == o.Role && s.Leader == o.Leader && s.LeaderEpoch == o.LeaderEpoch &&
+		slices.Equal(s.ISR, o.ISR) && s.HighWatermark == o.HighWatermark && s.LogEndOffset == o.LogEndOffset &&
+		s.LogStartOffset == o.LogStartOffset && s.Truncations == o.Truncations
+}
+
+// replica is one partition's replica on this broker: its disk log, its core
+// and the goroutine (loop) that drives the core. Everything that touches the
+// core or the log runs on the loop.
+type replica struct {
+	m     *Manager
+	name  string
+	disk  *disklog.Log
+	log   *disklog.ISRLog
+	core  *isr.Replica
+	loop  *loop.Loop
+	topic string
+	index int32
+
+	// Owned by the loop goroutine.
+	lastID      uint64
+	produces    map[uint64]chan isr.ProduceResponse
+	fetches     map[uint64]chan isr.FetchResponse
+	truncations int64
+	logFailed   bool
+
+	// mu guards status and changed, which other goroutines read.
+	mu     sync.Mutex
+	status Status
+	// changed is closed, and replaced, whenever status changes: a
+	// long-polling fetch waits on it.
+	changed chan struct{}
+}
+
+// openReplica opens (or creates) the log of partition name and starts its
+// core, with no partition record yet.
+func (m *Manager) openReplica(name string, brokerEpoch int64) (*replica, error) {
+	topic, index, ok := SplitPartitionName(name)
+	if !ok {
+		return nil, fmt.Errorf("partition %q: not a topic-partition name", name)
+	}
+	lcfg := m.cfg.Log
+	lcfg.FS, lcfg.Dir = m.cfg.FS, m.cfg.FS.PathJoin(m.cfg.Dir, name)
+	disk, err := disklog.Open(lcfg)
+	if err != nil {
+		return nil, fmt.Errorf("open the log of %s: %w", name, err)
+	}
+	r := &replica{m: m, name: name, disk: disk, log: disklog.NewISRLog(disk, time.Now), topic: topic, index: index,
+		produces: map[uint64]chan isr.ProduceResponse{}, fetches: map[uint64]chan isr.FetchResponse{},
+		changed: make(chan struct{})}
+	rcfg := m.cfg.Replica
+	rcfg.Broker, rcfg.Partition, rcfg.BrokerEpoch, rcfg.Log = m.cfg.Broker, name, brokerEpoch, r.log
+	// The fetcher long-polls at the leader (Fetch's max_wait_ms), so a
+	// follower fetches again as soon as an answer is in: the core's backoff
+	// after an empty answer, which stands in for the long-poll, is the
+	// shortest there is. Errors are backed off by the fetcher.
+	rcfg.FetchBackoff = time.Nanosecond
+	r.core = isr.NewReplica(rcfg, time.Now())
+	r.loop = loop.New(loop.Config{
+		Tick:    m.cfg.Tick,
+		OnTick:  func(now time.Time) { r.core.Tick(now) },
+		Ready:   r.process,
+		Stopped: r.stopped,
+	})
+	r.status = r.snapshot()
+	go r.loop.Run()
+	return r, nil
+}
+
+func (r *replica) nextID() uint64 {
+	r.lastID++
+	return r.lastID
+}
+
+// process carries out the core's Ready (loop goroutine).
+func (r *replica) process() {
+	var fetches []isr.FetchRequest
+	for rd := r.core.Ready(); !rd.Empty(); rd = r.core.Ready() {
+		fetches = append(fetches, rd.Fetches...)
+		for _, f := range rd.FetchResponses {
+			if ch, ok := r.fetches[f.ID]; ok {
+				delete(r.fetches, f.ID)
+				ch <- f
+			}
+		}
+		for _, p := range rd.ProduceResponses {
+			if ch, ok := r.produces[p.ID]; ok {
+				delete(r.produces, p.ID)
+				ch <- p
+			}
+		}
+		for _, a := range rd.AlterPartitions {
+			go r.alterPartition(a)
+		}
+		for _, ev := range rd.Events {
+			if ev.Kind == isr.EventTruncated {
+				r.truncations++
+			}
+			if ev.Kind != isr.EventHighWatermark && ev.Kind != isr.EventAckedAll && ev.Kind != isr.EventFlushed {
+				r.m.log.Info("isr replica: "+ev.String(), "partition", r.name)
+			}
+		}
+	}
+	if err := r.log.Err(); err != nil && !r.logFailed {
+		// The log refuses further appends; a later step reopens it (as
+		// Kafka takes a failed log directory offline).
+		r.logFailed = true
+		r.m.log.Error("isr replica: log failed", "partition", r.name, "err", err)
+	}
+	// The status first: a fetch tells the leader this replica's LEO, and
+	// once the leader acknowledges on it the LEO must already show here.
+	r.publish()
+	for _, f := range fetches {
+		r.m.submitFetch(r, f)
+	}
+}
+
+// snapshot reads the status off the core (loop goroutine).
+func (r *replica) snapshot() Status {
+	st := r.core.State()
+	return Status{Partition: r.name, Role: r.core.Role(), Leader: st.Leader, LeaderEpoch: r.core.LeaderEpoch(),
+		ISR: st.ISRIDs(), HighWatermark: r.core.HighWatermark(), LogEndOffset: r.core.LogEndOffset(),
+		LogStartOffset: r.disk.LogStartOffset(), Truncations: r.truncations}
+}
+
+// publish makes the status visible and wakes long-polls if it changed.
+func (r *replica) publish() {
+	st := r.snapshot()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st.same(r.status) {
+		return
+	}
+	r.status = st
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// Status returns the replica's last published status.
+func (r *replica) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+// stopped answers every caller still waiting when the loop ends.
+func (r *replica) stopped() {
+	for id, ch := range r.produces {
+		delete(r.produces, id)
+		ch <- isr.ProduceResponse{ID: id, Partition: r.name, Err: isr.ErrNotLeaderOrFollower, BaseOffset: -1}
+	}
+	for id, ch := range r.fetches {
+		delete(r.fetches, id)
+		ch <- isr.FetchResponse{ID: id, Partition: r.name, Err: isr.ErrNotLeaderOrFollower}
+	}
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// ErrLogFailed: the replica's log failed (a write or sync error; see
+// disklog) and takes no more records until it is opened again: Kafka's
+// KAFKA_STORAGE_ERROR.
+var ErrLogFailed = errors.New("isrnode: replica log failed")
+
+// errStopped: the replica's loop ended (the manager closed).
+var errStopped = fmt.Errorf("isrnode: replica stopped: %w", isr.ErrNotLeaderOrFollower)
+
+// run runs f on the loop and waits for it.
+func (r *replica) run(ctx context.Context, f func()) error {
+	ran := make(chan struct{})
+	if err := r.loop.Post(ctx, func() { f(); close(ran) }); err != nil {
+		if errors.Is(err, loop.ErrStopped) {
+			return errStopped
+		}
+		return err
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// produce appends records through the core and waits for its answer.
+func (r *replica) produce(ctx context.Context, records [][]byte, acks int8) (int64, error) {
+	ch := make(chan isr.ProduceResponse, 1)
+	var timeout time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	base := int64(-1)
+	err := r.run(ctx, func() {
+		id := r.nextID()
+		if acks != isr.AcksNone {
+			r.produces[id] = ch
+		} else if r.core.Role() == isr.RoleLeader {
+			base = r.core.LogEndOffset()
+		}
+		if r.log.Err() != nil {
+			// The core treats its log as infallible (an append error
+			// is a panic there): a failed log gets nothing more.
+			ch <- isr.ProduceResponse{ID: id, Partition: r.name, Err: ErrLogFailed, BaseOffset: -1}
+			delete(r.produces, id)
+			base = -1
+			return
+		}
+		r.core.Produce(isr.ProduceRequest{ID: id, Partition: r.name, Acks: acks, Records: records, Timeout: timeout}, time.Now())
+	})
+	if err != nil {
+		return -1, fmt.Errorf("append to %s: %w", r.name, err)
+	}
+	if acks == isr.AcksNone {
+		return base, nil
+	}
+	select {
+	case resp := <-ch:
+		if resp.Err != nil {
+			return -1, fmt.Errorf("append to %s: %w", r.name, resp.Err)
+		}
+		return resp.BaseOffset, nil
+	case <-ctx.Done():
+		return -1, fmt.Errorf("append to %s: %w", r.name, ctx.Err())
+	}
+}
+
+// fetch feeds a Fetch for this partition to the core and returns its
+// answer, the log start, and the channel closed at the next status change
+// (taken with the answer, so a change after it is never missed).
+func (r *replica) fetch(ctx context.Context, req isr.FetchRequest) (isr.FetchResponse, int64, <-chan struct{}, error) {
+	ch := make(chan isr.FetchResponse, 1)
+	var logStart int64
+	var changed <-chan struct{}
+	err := r.run(ctx, func() {
+		req.ID = r.nextID()
+		r.fetches[req.ID] = ch
+		r.core.Fetch(req, time.Now())
+		logStart = r.disk.LogStartOffset()
+		r.mu.Lock()
+		changed = r.changed
+		r.mu.Unlock()
+	})
+	if err != nil {
+		return isr.FetchResponse{}, 0, nil, err
+	}
+	select {
+	case resp := <-ch:
+		return resp, logStart, changed, nil
+	case <-ctx.Done():
+		return isr.FetchResponse{}, 0, nil, ctx.Err()
+	}
+}
+
+// read returns up to maxBatches batches from offset from, cut at the HW: a
+// consumer's read, on the leader or a follower (which serves up to its own
+// HW, as KIP-392's follower fetching does).
+func (r *replica) read(ctx context.Context, from int64, maxBatches int) ([]isr.Batch, Status, error) {
+	var out []isr.Batch
+	var st Status
+	var rerr error
+	err := r.run(ctx, func() {
+		st = r.snapshot()
+		switch {
+		case st.Role == isr.RoleNone:
+			rerr = isr.ErrNotLeaderOrFollower
+		case from < st.LogStartOffset || from > st.HighWatermark:
+			rerr = fmt.Errorf("%w: %d not in [%d, %d]", isr.ErrOffsetOutOfRange, from, st.LogStartOffset, st.HighWatermark)
+		default:
+			out = cutBatches(r.log.Read(from, maxBatches), st.HighWatermark)
+		}
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return nil, st, fmt.Errorf("read %s at %d: %w", r.name, from, err)
+	}
+	return out, st, nil
+}
+
+// cutBatches drops every record at or past limit.
+func cutBatches(batches []isr.Batch, limit int64) []isr.Batch {
+	out := batches[:0]
+	for _, b := range batches {
+		if b.BaseOffset >= limit {
+			break
+		}
+		if b.NextOffset() > limit {
+			b.Records = b.Records[:limit-b.BaseOffset]
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// alterPartition sends an ISR proposal to the controller and feeds the
+// answer back (its own goroutine: the store's CAS takes a round trip).
+func (r *replica) alterPartition(req isr.AlterPartitionRequest) {
+	ctx, cancel := context.WithTimeout(r.m.ctx, r.m.cfg.AlterPartitionTimeout)
+	defer cancel()
+	resp, err := r.m.cfg.Controller.AlterPartition(ctx, req)
+	if err != nil && resp.Err == nil {
+		resp.Err = fmt.Errorf("alter partition %s: %w", req.Partition, err)
+	}
+	// The controller numbers requests its own way; the core matches its own.
+	resp.ID, resp.Partition, resp.To = req.ID, req.Partition, req.Broker
+	r.loop.Complete(func() { r.core.StepAlterPartition(resp, time.Now()) })
+}
+
+// stepFetchResponse feeds a fetch answer from the fetcher (loop
+// goroutine). The core fetches again at once unless the answer was empty
+// and its (nanosecond) backoff has not passed: the Tick after it gives it
+// the time that has.
+func (r *replica) stepFetchResponse(resp isr.FetchResponse) {
+	if r.log.Err() != nil {
+		return // a failed log takes no more batches (see produce)
+	}
+	r.core.StepFetchResponse(resp, time.Now())
+	r.core.Tick(time.Now())
+}
+
+// close flushes the log and stops the loop; then closes the log.
+func (r *replica) close() error {
+	// Flush runs before the loop ends (every accepted function runs).
+	_ = r.loop.Post(context.Background(), func() { r.core.Flush(time.Now()) })
+	r.loop.Stop()
+	<-r.loop.Done()
+	closeErr := r.disk.Close()
+	if err := r.log.Err(); err != nil {
+		// Not a clean shutdown: what the log held may not be on disk.
+		return fmt.Errorf("the log of %s failed: %w", r.name, err)
+	}
+	if closeErr != nil {
+		return fmt.Errorf("close the log of %s: %w", r.name, closeErr)
+	}
+	return nil
+}
