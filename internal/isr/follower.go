@@ -116,7 +116,10 @@ func (r *Replica) appendFetched(batches []Batch) bool {
 			break // from a leader newer than this follower's record: wait for the record
 		}
 		if err := r.log.Append(b); err != nil {
-			panic(fmt.Sprintf("isr: partition %s: follower append at %d: %v", r.cfg.Partition, b.BaseOffset, err))
+			if !errors.Is(err, ErrLogWrite) {
+				panic(fmt.Sprintf("isr: partition %s: follower append at %d: %v", r.cfg.Partition, b.BaseOffset, err))
+			}
+			break // out of space: nothing appended; the next fetch asks for it again
 		}
 		appended = true
 		r.maybeFlushByCount()

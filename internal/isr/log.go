@@ -16,7 +16,9 @@ type Log interface {
 	// Append adds a batch whose BaseOffset is EndOffset(). A batch of an
 	// epoch newer than LatestEpoch starts that epoch in the epoch cache; one
 	// of an older epoch is stored but starts nothing (Kafka's cache ignores
-	// it).
+	// it). An Append that could not write (out of space) returns an error
+	// wrapping ErrLogWrite and leaves the log as it was: a leader answers
+	// the produce KAFKA_STORAGE_ERROR, a follower fetches the batch again.
 	Append(b Batch) error
 	// Read returns up to maxBatches batches holding the records from offset
 	// from on, the first one cut to start exactly at from. Nothing when from

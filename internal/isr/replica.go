@@ -1,6 +1,7 @@
 package isr
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -418,7 +419,12 @@ func (r *Replica) Produce(req ProduceRequest, now time.Time) {
 	}
 	base := r.log.EndOffset()
 	if err := r.log.Append(Batch{BaseOffset: base, LeaderEpoch: r.state.LeaderEpoch, Records: req.Records}); err != nil {
-		panic(fmt.Sprintf("isr: partition %s: leader append at %d: %v", r.cfg.Partition, base, err)) // the Log's contract is broken
+		if !errors.Is(err, ErrLogWrite) {
+			panic(fmt.Sprintf("isr: partition %s: leader append at %d: %v", r.cfg.Partition, base, err)) // the Log's contract is broken
+		}
+		// Out of space: nothing was appended, the producer retries.
+		r.answerProduce(req, -1, ErrKafkaStorageError)
+		return
 	}
 	r.maybeFlushByCount()
 	switch req.Acks {

@@ -2,6 +2,7 @@ package isr
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -393,5 +394,62 @@ func TestFollowerTakesLeaderHighWatermarkCapped(t *testing.T) {
 	f.Tick(at(500 * time.Millisecond))
 	if rd := f.Ready(); len(rd.Fetches) != 1 {
 		t.Fatal("no fetch after the backoff")
+	}
+}
+
+// fullLog is a MemLog whose appends fail, as a disk log out of space: the
+// error wraps ErrLogWrite and nothing is appended.
+type fullLog struct {
+	*MemLog
+	full bool
+}
+
+func (l *fullLog) Append(b Batch) error {
+	if l.full {
+		return fmt.Errorf("append at %d: %w: no space left", b.BaseOffset, ErrLogWrite)
+	}
+	return l.MemLog.Append(b)
+}
+
+// A log out of space is not a broken log: the leader answers the produce
+// KAFKA_STORAGE_ERROR and appends again once there is room; a follower
+// fetches the batch it could not store again.
+func TestLogOutOfSpace(t *testing.T) {
+	ll := &fullLog{MemLog: NewMemLog()}
+	leader := NewReplica(ReplicaConfig{Broker: 1, Partition: "p", BrokerEpoch: 1, Log: ll, LagTimeMax: 10 * time.Second}, t0)
+	leader.ApplyState(record(1, 0, 0, 1), t0)
+	leader.Ready()
+	ll.full = true
+	produce(leader, 1, AcksLeader, t0, "a")
+	if errs := produceErrs(leader.Ready()); len(errs) != 1 || !errors.Is(errs[0], ErrKafkaStorageError) {
+		t.Fatalf("produce to a full log answered %v, want KAFKA_STORAGE_ERROR", errs)
+	}
+	if ll.EndOffset() != 0 {
+		t.Fatalf("LEO %d after a refused append, want 0", ll.EndOffset())
+	}
+	ll.full = false
+	produce(leader, 2, AcksLeader, t0, "a")
+	if errs := produceErrs(leader.Ready()); len(errs) != 1 || errs[0] != nil || ll.EndOffset() != 1 {
+		t.Fatalf("produce once there is room answered %v, LEO %d; want nil and 1", errs, ll.EndOffset())
+	}
+
+	fl := &fullLog{MemLog: NewMemLog(), full: true}
+	f := NewReplica(ReplicaConfig{Broker: 2, Partition: "p", BrokerEpoch: 2, Log: fl, LagTimeMax: 10 * time.Second}, t0)
+	f.ApplyState(record(1, 0, 0, 1, 2), t0)
+	req := f.Ready().Fetches[0]
+	batch := Batch{BaseOffset: 0, LeaderEpoch: 0, Records: [][]byte{[]byte("a")}}
+	f.StepFetchResponse(FetchResponse{ID: req.ID, Partition: "p", From: 1, LeaderEpoch: 0, HighWatermark: 1, Batches: []Batch{batch}}, t0)
+	if fl.EndOffset() != 0 {
+		t.Fatalf("follower LEO %d after a refused append, want 0", fl.EndOffset())
+	}
+	fl.full = false
+	f.Tick(at(time.Second))
+	rd := f.Ready()
+	if len(rd.Fetches) != 1 || rd.Fetches[0].FetchOffset != 0 {
+		t.Fatalf("follower fetches %+v after a refused append, want one from offset 0", rd.Fetches)
+	}
+	f.StepFetchResponse(FetchResponse{ID: rd.Fetches[0].ID, Partition: "p", From: 1, LeaderEpoch: 0, HighWatermark: 1, Batches: []Batch{batch}}, at(time.Second))
+	if fl.EndOffset() != 1 {
+		t.Fatalf("follower LEO %d once there is room, want 1", fl.EndOffset())
 	}
 }

@@ -39,6 +39,13 @@ var (
 	ErrUnknownPartition             = errors.New("isr: UNKNOWN_TOPIC_OR_PARTITION")
 	ErrInvalidRequest               = errors.New("isr: INVALID_REQUEST")
 	ErrStaleBrokerEpoch             = errors.New("isr: STALE_BROKER_EPOCH")
+	// ErrKafkaStorageError: the leader's log could not store the append
+	// (out of space; see ErrLogWrite); retriable, the log is unchanged.
+	ErrKafkaStorageError = errors.New("isr: KAFKA_STORAGE_ERROR")
+	// ErrLogWrite is what a Log's Append wraps when it could not write the
+	// batch (out of space, an I/O error) and left the log as it was. Any
+	// other Append error breaks the Log's contract and stops the replica.
+	ErrLogWrite = errors.New("isr: log write failed")
 	// ErrVersionConflict is what the shell feeds back for a MetaOp whose
 	// compare-and-swap failed (the store's version mismatch, key exists on
 	// create, key missing on write): someone else wrote the record.

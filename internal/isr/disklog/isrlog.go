@@ -2,6 +2,7 @@ package disklog
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -53,7 +54,13 @@ func (a *ISRLog) Append(b isr.Batch) error {
 	if len(b.Records) == 0 || len(b.Records) > math.MaxInt32 {
 		return fmt.Errorf("%w: %d records at %d", ErrInvalidAppend, len(b.Records), b.BaseOffset)
 	}
-	return a.log.AppendRaw(b.BaseOffset, int32(len(b.Records)), b.LeaderEpoch, a.now().UnixMilli(), encodeRecords(b.Records))
+	err := a.log.AppendRaw(b.BaseOffset, int32(len(b.Records)), b.LeaderEpoch, a.now().UnixMilli(), encodeRecords(b.Records))
+	if err != nil && !errors.Is(err, ErrInvalidAppend) {
+		// Not written (out of space, an I/O error, a failed log): the
+		// replica answers KAFKA_STORAGE_ERROR or fetches it again.
+		return fmt.Errorf("%w: %w", isr.ErrLogWrite, err)
+	}
+	return err
 }
 
 // Read returns up to maxBatches batches from offset from on, the first cut

@@ -41,9 +41,22 @@ type Config struct {
 	// MaxBatchBytes bounds a batch's payload (message.max.bytes), and so
 	// what a corrupt header can make recovery read. Default 16 MiB.
 	MaxBatchBytes int64
+	// ReserveBytes is free space the log leaves on its file system: an
+	// append that would leave less is refused with ErrNoSpace before
+	// anything is written, where Kafka would hit ENOSPC and take the whole
+	// log directory offline. Free space is sampled (FS.GetDiskUsage) every
+	// diskSampleBytes appended and on every append while short, so appends
+	// are taken again by themselves once space is freed. Default 64 MiB;
+	// < 0: no check. A file system that cannot tell its free space is not
+	// checked.
+	ReserveBytes int64
 
 	hooks testHooks
 }
+
+// diskSampleBytes is how much is appended between two samples of the file
+// system's free space while there is room.
+const diskSampleBytes = 4 << 20
 
 // testHooks break the log on purpose so that the crash checker can be seen
 // failing (TestCrashCheckerCatchesMutants). Never set outside tests.
@@ -76,6 +89,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 16 << 20
 	}
+	if c.ReserveBytes == 0 {
+		c.ReserveBytes = 64 << 20
+	}
 	return c, nil
 }
 
@@ -88,6 +104,9 @@ var (
 	// ErrInvalidAppend: an append at the wrong offset or of a malformed
 	// batch.
 	ErrInvalidAppend = errors.New("disklog: invalid append")
+	// ErrNoSpace: the append would leave less than ReserveBytes free. The
+	// log is unchanged and takes appends again once there is room.
+	ErrNoSpace = errors.New("disklog: not enough free space")
 )
 
 // RawBatch is a stored batch as ReadRaw returns it.
@@ -110,6 +129,7 @@ type Stats struct {
 	TruncatedBytes    int64 // torn or corrupt bytes recovery cut
 	DeletedSegments   int64 // segments recovery deleted past a bad one
 	RebuiltIndexes    int64 // rolled segments whose index files recovery rebuilt
+	NoSpaceRefusals   int64 // appends refused with ErrNoSpace
 	Rolls             int64
 }
 
@@ -138,6 +158,9 @@ type Log struct {
 	failed        error
 	closed        bool
 	stats         Stats
+	// free is the file system's free space at the last sample (-1:
+	// unknown), appended what was appended since.
+	free, appended int64
 }
 
 // Open opens (creating if needed) the log in cfg.Dir and recovers it.
@@ -146,7 +169,7 @@ func Open(cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{cfg: cfg}
+	l := &Log{cfg: cfg, free: -1}
 	if err := l.recover(); err != nil {
 		l.closeFiles()
 		return nil, fmt.Errorf("open log %s: %w", cfg.Dir, err)
@@ -266,6 +289,9 @@ func (l *Log) AppendRaw(baseOffset int64, count, epoch int32, maxTimestamp int64
 	}
 	h := batchHeader{baseOffset: baseOffset, count: count, epoch: epoch, maxTimestamp: maxTimestamp, payloadLen: uint32(len(payload))}
 	stored := encodeBatch(h, payload)
+	if err := l.checkRoom(int64(len(stored))); err != nil {
+		return fmt.Errorf("append at %d: %w", baseOffset, err)
+	}
 	if l.shouldRoll(h) {
 		if err := l.roll(); err != nil {
 			return err
@@ -286,6 +312,28 @@ func (l *Log) AppendRaw(baseOffset int64, count, epoch int32, maxTimestamp int64
 	}
 	s.noteBatch(h, s.size, l.cfg.IndexIntervalBytes)
 	s.dirty = true
+	return nil
+}
+
+// checkRoom refuses an append of n bytes that would leave less than
+// ReserveBytes free, sampling the file system's free space when the last
+// sample is old or says there is no room.
+func (l *Log) checkRoom(n int64) error {
+	reserve := l.cfg.ReserveBytes
+	if reserve < 0 {
+		return nil
+	}
+	if l.free < 0 || l.appended+n > diskSampleBytes || l.free-l.appended-n < reserve {
+		l.free, l.appended = -1, 0
+		if du, err := l.cfg.FS.GetDiskUsage(l.cfg.Dir); err == nil {
+			l.free = int64(min(du.AvailBytes, math.MaxInt64))
+		}
+	}
+	if l.free >= 0 && l.free-l.appended-n < reserve {
+		l.stats.NoSpaceRefusals++
+		return fmt.Errorf("%w: %d bytes free, %d to append, keeping %d", ErrNoSpace, l.free-l.appended, n, reserve)
+	}
+	l.appended += n
 	return nil
 }
 

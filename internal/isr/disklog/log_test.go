@@ -505,3 +505,52 @@ func TestNoSyncUntilFlush(t *testing.T) {
 		t.Fatalf("flushed appends lost in a crash: LEO %d", r.EndOffset())
 	}
 }
+
+// The log keeps ReserveBytes free: an append that would leave less is
+// refused with ErrNoSpace before anything is written (the log unchanged and
+// usable), and appends are taken again as soon as space is freed. Through
+// ISRLog the refusal wraps isr.ErrLogWrite, which the replica answers with
+// KAFKA_STORAGE_ERROR instead of stopping.
+func TestAppendKeepsReserve(t *testing.T) {
+	fs := vfs.NewMem()
+	cfg := smallConfig(fs)
+	cfg.SegmentBytes = 1 << 20
+	cfg.ReserveBytes = 1 << 20
+	// MemFS reports what it is told: the free space shrinks by what the
+	// log holds, as a real file system's would.
+	var l *Log
+	avail := func() {
+		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: uint64(1<<20 + 64<<10 - l.Size()), TotalBytes: 8 << 20})
+	}
+	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1<<20 + 64<<10, TotalBytes: 8 << 20})
+	l = openLog(t, cfg)
+	var refused error
+	for i := 0; i < 1000 && refused == nil; i++ {
+		avail()
+		base := l.EndOffset()
+		refused = l.AppendRaw(base, 1, 0, base, encodeRecords([][]byte{bytes.Repeat([]byte{1}, 1000)}))
+	}
+	if !errors.Is(refused, ErrNoSpace) {
+		t.Fatalf("appends past the reserve: %v, want ErrNoSpace", refused)
+	}
+	end := l.EndOffset()
+	if end == 0 || end > 64 {
+		t.Fatalf("%d batches of ~1 KB taken with 64 KiB above the reserve", end)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("log failed by a refusal: %v", err)
+	}
+	if got := l.Stats().NoSpaceRefusals; got != 1 {
+		t.Fatalf("NoSpaceRefusals = %d, want 1", got)
+	}
+	a := NewISRLog(l, newFakeClock().Now)
+	if err := a.Append(isr.Batch{BaseOffset: end, LeaderEpoch: 0, Records: [][]byte{bytes.Repeat([]byte{2}, 1000)}}); !errors.Is(err, isr.ErrLogWrite) || !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("ISRLog append on a full disk = %v, want isr.ErrLogWrite wrapping ErrNoSpace", err)
+	}
+	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 100 << 20, TotalBytes: 200 << 20})
+	mustNil(t, l.AppendRaw(end, 1, 0, end, encodeRecords([][]byte{[]byte("after")})))
+	mustNil(t, l.Flush())
+	if l.EndOffset() != end+1 {
+		t.Fatalf("LEO %d after space returned, want %d", l.EndOffset(), end+1)
+	}
+}

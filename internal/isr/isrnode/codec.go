@@ -191,7 +191,7 @@ func errorCode(err error) int16 {
 		return kerr.RequestTimedOut.Code
 	case errors.Is(err, isr.ErrInvalidRequest):
 		return kerr.InvalidRequest.Code
-	case errors.Is(err, ErrLogFailed):
+	case errors.Is(err, ErrLogFailed), errors.Is(err, isr.ErrKafkaStorageError):
 		return kerr.KafkaStorageError.Code
 	default:
 		return kerr.UnknownServerError.Code
