@@ -63,6 +63,12 @@ type Config struct {
 	// log starts (after retention deleted ledgers) and forget expired
 	// producers; default 10s.
 	MaintainInterval time.Duration
+	// CompactInterval is how often the compactor looks at the compacted
+	// partitions served here (default 15s; negative: never), and
+	// CompactionMaxKeys bounds the keys of one compaction's key map
+	// (default DefaultCompactionMaxKeys; see compact.go).
+	CompactInterval   time.Duration
+	CompactionMaxKeys int
 	// KafkaMaxQueuedRequestBytes and KafkaMaxConnRequestBytes bound the
 	// bytes of Kafka requests read and not yet answered, over the broker
 	// and per connection (queued.max.request.bytes); at a bound the front
@@ -232,6 +238,12 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.MaintainInterval <= 0 {
 		cfg.MaintainInterval = 10 * time.Second
 	}
+	if cfg.CompactInterval == 0 {
+		cfg.CompactInterval = 15 * time.Second
+	}
+	if cfg.CompactionMaxKeys <= 0 {
+		cfg.CompactionMaxKeys = DefaultCompactionMaxKeys
+	}
 	cfg.Timeouts = cfg.Timeouts.withDefaults()
 	if cfg.StorageCheckInterval <= 0 {
 		cfg.StorageCheckInterval = DefaultStorageCheckInterval
@@ -313,10 +325,14 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	b.wg.Add(4)
+	b.wg.Add(5)
 	go func() {
 		defer b.wg.Done()
 		b.watchTopics()
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.compactLoop()
 	}()
 	go func() {
 		defer b.wg.Done()

@@ -293,10 +293,10 @@ func TestDeleteRecreateAndConfigs(t *testing.T) {
 	if !found {
 		t.Fatalf("retention.ms not described as set: %+v", rc.Configs)
 	}
-	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, "again"); err == nil {
-		resp, _ := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, "again")
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("shred")}}, "again"); err == nil {
+		resp, _ := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("shred")}}, "again")
 		if resp[0].Err == nil {
-			t.Fatal("cleanup.policy=compact accepted on a ledger-mode topic")
+			t.Fatal("cleanup.policy=shred accepted")
 		}
 	}
 	for i := range 10 {

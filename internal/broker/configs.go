@@ -2,8 +2,10 @@ package broker
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,7 +18,8 @@ import (
 
 // Kafka topic configs that mean something on a ledger-mode topic. Each maps
 // to a managed-ledger setting; changes apply when the partition is next
-// loaded (a takeover or restart). Everything else is rejected with
+// loaded (a takeover or restart), except the compaction configs, which the
+// owner's compactor reads before each round (compact.go). Everything else is rejected with
 // INVALID_CONFIG, so a client never believes a setting took effect that did
 // not.
 type topicConfig struct {
@@ -30,8 +33,16 @@ type topicConfig struct {
 const defaultMaxMessageBytes = 1048588 // Kafka's message.max.bytes
 
 var topicConfigs = map[string]topicConfig{
-	"cleanup.policy": {def: "delete", typ: kmsg.ConfigTypeList, doc: "only delete: ledger-mode topics are not compacted",
-		check: oneOf("delete")},
+	"cleanup.policy": {def: "delete", typ: kmsg.ConfigTypeList, doc: "delete (retention), compact (latest record per key: closed ledgers rewritten by the owner's compactor, see compact.go) or compact,delete",
+		check: cleanupPolicy},
+	"delete.retention.ms": {def: "86400000", typ: kmsg.ConfigTypeLong, doc: "compacted topics: a tombstone is removed once the ledger holding it closed this long ago",
+		check: intAtLeast(0)},
+	"min.compaction.lag.ms": {def: "0", typ: kmsg.ConfigTypeLong, doc: "compacted topics: a ledger is compacted only once closed at least this long",
+		check: intAtLeast(0)},
+	"max.compaction.lag.ms": {def: "9223372036854775807", typ: kmsg.ConfigTypeLong, doc: "compacted topics: a ledger created this long ago is compacted whatever the dirty ratio",
+		check: intAtLeast(1)},
+	"min.cleanable.dirty.ratio": {def: "0.5", typ: kmsg.ConfigTypeDouble, doc: "compacted topics: compact when ledgers not compacted yet hold this share of the closed ledgers' bytes",
+		check: ratio},
 	"retention.ms": {def: "604800000", typ: kmsg.ConfigTypeLong, doc: "closed ledgers older than this are deleted (-1 keeps them)",
 		check: intAtLeast(-1)},
 	"retention.bytes": {def: "-1", typ: kmsg.ConfigTypeLong, doc: "closed ledgers beyond this size are deleted (-1 no limit)",
@@ -59,6 +70,47 @@ func oneOf(vals ...string) func(string) error {
 		}
 		return fmt.Errorf("%q is not one of %v", v, vals)
 	}
+}
+
+// cleanupPolicy accepts Kafka's values: delete, compact, or both (a list).
+func cleanupPolicy(v string) error {
+	if _, _, ok := parseCleanupPolicy(v); !ok {
+		return fmt.Errorf("%q is not delete, compact or compact,delete", v)
+	}
+	return nil
+}
+
+// parseCleanupPolicy reads a cleanup.policy list.
+func parseCleanupPolicy(v string) (compact, del bool, ok bool) {
+	for _, p := range strings.Split(v, ",") {
+		switch strings.TrimSpace(p) {
+		case "compact":
+			compact = true
+		case "delete":
+			del = true
+		default:
+			return false, false, false
+		}
+	}
+	return compact, del, true
+}
+
+// isCompacted reports whether a topic's configs make it compacted.
+func isCompacted(set map[string]string) bool {
+	v, ok := set["cleanup.policy"]
+	if !ok {
+		return false
+	}
+	compact, _, _ := parseCleanupPolicy(v)
+	return compact
+}
+
+func ratio(v string) error {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || f > 1 {
+		return fmt.Errorf("%q is not a number in [0, 1]", v)
+	}
+	return nil
 }
 
 func intBetween(lo, hi int64) func(string) error {
@@ -125,6 +177,30 @@ func describeConfigs(set map[string]string, pol catalog.Policies) []kafka.Config
 
 func ptr[T any](v T) *T { return &v }
 
+// configString is a config's value on a topic, or its default.
+func configString(set map[string]string, k string) string {
+	if v, ok := set[k]; ok {
+		return v
+	}
+	return topicConfigs[k].def
+}
+
+// configFloat is a numeric config's value as a float (a ratio).
+func configFloat(set map[string]string, k string) float64 {
+	f, _ := strconv.ParseFloat(configString(set, k), 64)
+	return f
+}
+
+// configMillis is a config in milliseconds as a Duration, saturated at the
+// largest Duration (max.compaction.lag.ms defaults to Long.MAX_VALUE ms).
+func configMillis(set map[string]string, k string) time.Duration {
+	ms := configValue(set, k)
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 // configValue is a config's value on a topic, or its default.
 func configValue(set map[string]string, k string) int64 {
 	v, ok := set[k]
@@ -138,12 +214,15 @@ func configValue(set map[string]string, k string) int64 {
 // topicSettings turns a topic's configs into managed-ledger settings.
 // Kafka topics keep data by retention only: consumer groups do not hold
 // it back (there are no cursors), so backlog quotas and TTL do not apply.
+// A topic that is compacted only (cleanup.policy=compact) has no
+// retention, as in Kafka: only compaction removes records.
 func topicSettings(set map[string]string) mlog.Config {
 	ret := mlog.RetentionPolicy{Time: -1, Size: -1}
-	if ms := configValue(set, "retention.ms"); ms >= 0 {
+	_, del, _ := parseCleanupPolicy(configString(set, "cleanup.policy"))
+	if ms := configValue(set, "retention.ms"); ms >= 0 && del {
 		ret.Time = time.Duration(ms) * time.Millisecond
 	}
-	if b := configValue(set, "retention.bytes"); b >= 0 {
+	if b := configValue(set, "retention.bytes"); b >= 0 && del {
 		ret.Size = b
 	}
 	roll := mlog.DefaultRolloverPolicy()

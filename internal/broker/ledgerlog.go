@@ -61,12 +61,15 @@ func (l ledgerLog) Segments(ctx context.Context) ([]partition.Segment, error) {
 	var out []partition.Segment
 	for _, li := range ls {
 		if li.Entries > 0 {
-			out = append(out, partition.Segment{ID: li.ID, Entries: li.Entries, Bytes: li.Size})
+			out = append(out, partition.Segment{ID: li.ID, Entries: li.Entries, Bytes: li.Size, Compacted: li.Data != 0})
 		}
 	}
 	return out, nil
 }
 
 func (l ledgerLog) Done() <-chan struct{} { return l.ml.Done() }
+
+// Rewrites implements partition.Rewriter: compaction swaps so far.
+func (l ledgerLog) Rewrites() uint64 { return l.ml.Rewrites() }
 
 func (l ledgerLog) Close(ctx context.Context) error { return l.ml.Close(ctx) }

@@ -31,6 +31,12 @@ type loaded struct {
 	// stuck: appends were answered while still waiting for full bookies;
 	// the partition is reloaded once they are writable (reloadStuck).
 	stuck atomic.Bool
+	// topic is the Kafka topic; compacted mirrors its cleanup.policy
+	// (set at load, refreshed before each compaction round), and compaction
+	// is its compactor's state (compact.go).
+	topic      string
+	compacted  atomic.Bool
+	compaction compactionState
 }
 
 func (l *loaded) partition() *partition.Partition {
@@ -123,7 +129,8 @@ func (b *Broker) startLoad(ctx context.Context, topicName string, idx int32, nam
 		b.mu.Unlock()
 		return nil, kerr.NotLeaderForPartition
 	}
-	l := &loaded{name: name, bundle: bundle, ready: make(chan struct{})}
+	l := &loaded{name: name, bundle: bundle, ready: make(chan struct{}), topic: topicName}
+	l.compacted.Store(isCompacted(rec.Configs))
 	b.parts[name] = l
 	b.mu.Unlock()
 	go b.load(l, rec)
@@ -158,7 +165,7 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 	}
 	p, err := partition.Open(ctx, partition.Config{
 		Name: l.name, Log: ledgerLog{ml: t}, Store: b.cfg.Store, FloorKey: floorKey(storage), MaxBatchBytes: maxEntryBatch,
-		ProducerExpiry: b.cfg.ProducerIDExpiration, Logger: b.cfg.Logger,
+		ProducerExpiry: b.cfg.ProducerIDExpiration, Logger: b.cfg.Logger, Compacted: l.compacted.Load,
 		OnFail: func(err error) {
 			b.failures.Add(1)
 			b.log.Warn("partition failed; it is loaded again on the next request", "partition", l.name, "err", err)

@@ -80,13 +80,15 @@ type owner struct {
 	acks   map[uint64]AppendAck
 	events []Event
 	token  uint64
+	// compactions: answers to RegisterCompaction / EndCompaction by token.
+	compactions map[uint64]CompactionDone
 }
 
 func (e *fakeEnv) newOwner(cfg Config) *owner {
 	if cfg.Name == "" {
 		cfg.Name = "t"
 	}
-	return &owner{e: e, tp: New(cfg), acks: map[uint64]AppendAck{}}
+	return &owner{e: e, tp: New(cfg), acks: map[uint64]AppendAck{}, compactions: map[uint64]CompactionDone{}}
 }
 
 // open starts the takeover and runs it to the end.
@@ -112,6 +114,9 @@ func (o *owner) apply(rd Ready) {
 		o.acks[a.Token] = a
 	}
 	o.events = append(o.events, rd.Events...)
+	for _, c := range rd.Compactions {
+		o.compactions[c.Token] = c
+	}
 	for _, op := range rd.MetaOps {
 		o.tp.StepMeta(o.e.doMeta(op), o.e.now)
 	}

@@ -343,6 +343,7 @@ var eventNames = map[EventKind]string{
 	EventTTLExpired:         "ttl-expired",
 	EventBacklogEvicted:     "backlog-evicted",
 	EventDeleteAbandoned:    "delete-abandoned",
+	EventCompacted:          "compacted",
 }
 
 func fmtEvent(ev Event) string {

@@ -32,6 +32,7 @@ func (t *ManagedLedger) Tick(now time.Time) {
 	t.applyQuota()
 	t.persistCursors(false)
 	t.trim()
+	t.tryCompactCAS()
 	t.retryDeletes()
 	if t.recordDirty && !t.recordBusy && !t.roll.active {
 		t.casRecord(pendingMeta{purpose: metaRecordSync}, slices.Clone(t.list.infos))
@@ -126,10 +127,11 @@ func (t *ManagedLedger) onTrimRecorded(ids []int64, res MetaResult) {
 	if res.Err != nil {
 		return // retried on a later tick
 	}
+	removed := t.list.infos[:len(ids)]
 	t.list.infos = t.list.infos[len(ids):]
-	for _, id := range ids {
-		delete(t.times, id)
-		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: id})
+	for _, info := range removed {
+		delete(t.times, info.ID)
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: info.Stored()})
 	}
 	t.stats.TrimmedLedgers += int64(len(ids))
 	t.event(EventTrimmed, "", nil, fmt.Sprint(ids))
@@ -504,6 +506,257 @@ func (t *ManagedLedger) publishedThrough(cutoff time.Time) (Position, bool) {
 	return through, found
 }
 
+// --- compaction ---
+//
+// Compaction (Kafka's cleanup.policy=compact) rewrites a run of closed
+// ledgers into one compacted ledger holding the records that survive, and
+// swaps it into the ledger list in their place by one CAS: readers see the
+// old ledgers or the compacted one, never a mix. What survives, and the
+// reading and writing, are the compactor's (a shell on the owner: package
+// broker); the core only keeps the list and its ordering rules:
+//
+//   - the compacted ledger is named in the record (Record.Garbage) by a CAS
+//     before its first entry is written (RegisterCompaction), so a crash
+//     at any point leaves nothing the next owner does not delete;
+//   - the swap (EndCompaction) replaces a run of closed ledgers still on
+//     the list — never the current one — by one segment with the first
+//     replaced ledger's id (so the list stays ordered) and the compacted
+//     ledger as its Data; the replaced ledgers move to Garbage in the same
+//     CAS and are deleted only after it succeeded;
+//   - one compaction at a time, and only on a topic without cursors (a
+//     Kafka partition): a cursor's positions would name entries the swap
+//     renumbers.
+//
+// Entry ids in the new segment are new (0..n-1): positions read before a
+// swap must not be used after it, which is why the shell counts swaps.
+
+// Errors of compaction requests.
+var (
+	// ErrCompactionBusy: another compaction is registered or in flight.
+	ErrCompactionBusy = errors.New("mlog: a compaction is already running")
+	// ErrCompactionCursors: the topic has cursors, whose positions a swap
+	// would invalidate.
+	ErrCompactionCursors = errors.New("mlog: cannot compact a topic with cursors")
+	// ErrCompactionStale: the ledgers to replace are no longer a run of
+	// closed ledgers on the list (trimmed meanwhile), or the compacted
+	// ledger is not the registered one.
+	ErrCompactionStale = errors.New("mlog: compaction does not match the ledger list")
+)
+
+// CompactSwap is a finished compaction: the ledgers it replaces (a run of
+// closed ledgers on the list, oldest first) and the compacted ledger (Data,
+// closed, with its entry count and size). No Replace abandons the
+// compaction: the compacted ledger is deleted.
+type CompactSwap struct {
+	Replace []int64
+	Data    int64
+	Entries int64
+	Size    int64
+}
+
+// CompactionDone answers RegisterCompaction or EndCompaction (by token).
+type CompactionDone struct {
+	Token uint64
+	Err   error
+}
+
+type compactRequest struct {
+	token    uint64
+	register bool        // RegisterCompaction, else EndCompaction
+	swap     CompactSwap // the compacted ledger is swap.Data either way
+	sent     bool        // its record CAS is in flight
+}
+
+// RegisterCompaction names ledger — created by the compactor, still empty
+// — in the topic record as a compacted ledger being written. The answer
+// (a CompactionDone with token) comes once the CAS settled; only then may
+// the compactor write to it.
+func (t *ManagedLedger) RegisterCompaction(token uint64, ledger int64, now time.Time) {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
+	t.now = now
+	if err := t.compactionRefused(); err != nil {
+		t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: token, Err: err})
+		return
+	}
+	if t.compactLedger != 0 {
+		t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: token, Err: ErrCompactionBusy})
+		return
+	}
+	t.compaction = &compactRequest{token: token, register: true, swap: CompactSwap{Data: ledger}}
+	t.tryCompactCAS()
+}
+
+// EndCompaction swaps the registered compacted ledger in (s.Replace set)
+// or abandons it (deleted). Answered by a CompactionDone with token.
+func (t *ManagedLedger) EndCompaction(token uint64, s CompactSwap, now time.Time) {
+	if invariants.Enabled {
+		defer t.checkInvariants()
+	}
+	t.now = now
+	err := t.compactionRefused()
+	if err == nil && (s.Data == 0 || s.Data != t.compactLedger) {
+		err = fmt.Errorf("%w: ledger %d is not the registered compacted ledger (%d)", ErrCompactionStale, s.Data, t.compactLedger)
+	}
+	if err != nil {
+		t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: token, Err: err})
+		return
+	}
+	if len(s.Replace) == 0 {
+		t.compactLedger = 0
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: s.Data})
+		t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: token})
+		return
+	}
+	t.compaction = &compactRequest{token: token, swap: s}
+	t.tryCompactCAS()
+}
+
+func (t *ManagedLedger) compactionRefused() error {
+	switch {
+	case t.phase == phaseFailed:
+		return t.err
+	case t.phase != phaseOpen:
+		return fmt.Errorf("compact topic %s: %w", t.cfg.Name, ErrClosed)
+	case t.compaction != nil:
+		return ErrCompactionBusy
+	case len(t.cursorNames) > 0:
+		return ErrCompactionCursors
+	}
+	return nil
+}
+
+// answerCompaction answers the pending compaction request, if any, with err.
+func (t *ManagedLedger) answerCompaction(err error) {
+	if t.compaction == nil {
+		return
+	}
+	t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: t.compaction.token, Err: err})
+	t.compaction = nil
+}
+
+// compactRun returns where the run of ledgers ids lies on the list: the
+// index of the first; false unless they are consecutive, closed and not the
+// last ledger.
+func (t *ManagedLedger) compactRun(ids []int64) (int, bool) {
+	infos := t.list.infos
+	i := t.list.index(ids[0])
+	if i+len(ids) >= len(infos) { // the last ledger (open or current) stays
+		return 0, false
+	}
+	for k, id := range ids {
+		if info := infos[i+k]; info.ID != id || info.Closed.IsZero() {
+			return 0, false
+		}
+	}
+	return i, true
+}
+
+// tryCompactCAS sends the pending compaction's record CAS once no other
+// record write or rollover is under way.
+func (t *ManagedLedger) tryCompactCAS() {
+	c := t.compaction
+	if c == nil || c.sent || t.phase != phaseOpen || t.recordBusy || t.roll.active {
+		return
+	}
+	garbage := slices.Clone(t.garbage)
+	if c.register {
+		c.sent = true
+		garbage = append(garbage, c.swap.Data)
+		t.casRecord(pendingMeta{purpose: metaRecordCompact, compaction: c, garbage: garbage}, slices.Clone(t.list.infos))
+		return
+	}
+	i, ok := t.compactRun(c.swap.Replace)
+	if !ok {
+		// The compacted ledger stays registered: the compactor abandons it.
+		t.answerCompaction(fmt.Errorf("%w: ledgers %v", ErrCompactionStale, c.swap.Replace))
+		return
+	}
+	c.sent = true
+	proposal := t.swapped(i, c.swap)
+	garbage = slices.DeleteFunc(garbage, func(id int64) bool { return id == c.swap.Data })
+	for _, info := range t.list.infos[i : i+len(c.swap.Replace)] {
+		garbage = append(garbage, info.Stored())
+	}
+	t.casRecord(pendingMeta{purpose: metaRecordCompact, compaction: c, garbage: garbage}, proposal)
+}
+
+// Compactions counts the compaction swaps this core made: the shell
+// compares it after each input to learn, before anything else runs, that
+// positions were renumbered.
+func (t *ManagedLedger) Compactions() int64 { return t.stats.Compactions }
+
+// replacedData reports whether id is the stored ledger of one of the
+// ledgers c's swap replaces.
+func (t *ManagedLedger) replacedData(c *compactRequest, id int64) bool {
+	for _, r := range c.swap.Replace {
+		if i := t.list.index(r); i < len(t.list.infos) && t.list.infos[i].ID == r && t.list.infos[i].Stored() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// swapped is the ledger list with the run at i replaced by s's ledger.
+func (t *ManagedLedger) swapped(i int, s CompactSwap) []LedgerInfo {
+	infos := t.list.infos
+	first, last := infos[i], infos[i+len(s.Replace)-1]
+	seg := LedgerInfo{ID: first.ID, Data: s.Data, Entries: s.Entries, Size: s.Size, Created: first.Created, Closed: last.Closed}
+	out := make([]LedgerInfo, 0, len(infos)-len(s.Replace)+1)
+	out = append(out, infos[:i]...)
+	out = append(out, seg)
+	return append(out, infos[i+len(s.Replace):]...)
+}
+
+// onCompactRecorded acts on the known outcome of a compaction CAS.
+func (t *ManagedLedger) onCompactRecorded(p pendingMeta, res MetaResult) {
+	c := p.compaction
+	if t.compaction == c {
+		t.compaction = nil
+	}
+	if res.Err != nil {
+		if !c.register {
+			// The swap did not apply: the compacted ledger is garbage.
+			t.compactLedger = 0
+			t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: c.swap.Data})
+		}
+		t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: c.token, Err: fmt.Errorf("compaction record write: %w", res.Err)})
+		return
+	}
+	// The garbage list as written, less what was deleted while the CAS was
+	// in flight (the next record write drops those from the record too).
+	t.garbage = slices.DeleteFunc(slices.Clone(p.garbage), func(id int64) bool {
+		return id != c.swap.Data && !slices.Contains(t.garbage, id) && !slices.Contains(c.swap.Replace, id) && !t.replacedData(c, id)
+	})
+	if len(t.garbage) != len(p.garbage) {
+		t.recordDirty = true
+	}
+	if c.register {
+		t.compactLedger = c.swap.Data
+		t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: c.token})
+		return
+	}
+	t.compactLedger = 0
+	// No other record write ran since the CAS was built (recordBusy), so
+	// the run is where it was; only the current ledger's counts moved.
+	i, ok := t.compactRun(c.swap.Replace)
+	if !ok {
+		t.violated("a compaction's run stays on the list until its CAS settles: %v, list %v", c.swap.Replace, ledgerIDsOf(t.list.infos))
+	}
+	var replacedSize int64
+	for _, info := range t.list.infos[i : i+len(c.swap.Replace)] {
+		replacedSize += info.Size
+		delete(t.times, info.ID)
+		t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: info.Stored()})
+	}
+	t.list.infos = t.swapped(i, c.swap)
+	t.stats.Compactions++
+	t.stats.CompactedBytes += max(replacedSize-c.swap.Size, 0)
+	t.event(EventCompacted, "", nil, fmt.Sprintf("ledgers %v -> %d (%d entries)", c.swap.Replace, c.swap.Data, c.swap.Entries))
+	t.ready.Compactions = append(t.ready.Compactions, CompactionDone{Token: c.token})
+}
+
 // --- close ---
 
 // Close stops accepting appends, persists every cursor, waits for the
@@ -528,6 +781,9 @@ func (t *ManagedLedger) Close(now time.Time) {
 	}
 	t.persistCursors(true)
 	t.phase = phaseClosing
+	if t.compaction != nil && !t.compaction.sent {
+		t.answerCompaction(ErrClosed)
+	}
 	for _, q := range append(t.queue, t.held...) {
 		t.ackErr(q.token, ErrClosed)
 	}
@@ -577,6 +833,7 @@ func (t *ManagedLedger) Stats() Stats {
 	s.Ledgers = len(t.list.infos)
 	s.StorageSize = t.list.totalSize()
 	s.DeletesPending = len(t.deleteRetries)
+	s.Garbage = len(t.garbage)
 	for _, info := range t.list.infos {
 		s.Entries += info.Entries
 	}
@@ -599,10 +856,13 @@ func (t *ManagedLedger) Stats() Stats {
 	return s
 }
 
-// ReadSpan is a run of entries of one ledger to read.
+// ReadSpan is a run of entries of one ledger to read: positions
+// (Ledger, First..Last), stored in ledger Stored on the bookies (differs
+// from Ledger for a compacted segment; see LedgerInfo.Data).
 type ReadSpan struct {
 	Ledger      int64
 	First, Last int64
+	Stored      int64
 }
 
 // Locate returns the spans holding up to maxEntries entries from the first
@@ -621,7 +881,7 @@ func (t *ManagedLedger) Locate(from Position, maxEntries int) []ReadSpan {
 		}
 		info := t.list.infos[t.list.index(p.LedgerID)]
 		last := min(info.Entries-1, p.EntryID+left-1)
-		spans = append(spans, ReadSpan{Ledger: p.LedgerID, First: p.EntryID, Last: last})
+		spans = append(spans, ReadSpan{Ledger: p.LedgerID, First: p.EntryID, Last: last, Stored: info.Stored()})
 		left -= last - p.EntryID + 1
 		start = Position{p.LedgerID, last}
 	}

@@ -94,6 +94,15 @@ type ManagedLedger struct {
 	deleteAfterRecord map[string]meta.Version
 	stats             Stats
 
+	// garbage: ledgers on no list still to delete (Record.Garbage), as the
+	// record names them or will at its next write. compaction: the
+	// compaction request waiting for the record or in flight (at most
+	// one); compactLedger: the registered compacted ledger being written.
+	// Invariant: compactLedger, when set, is in garbage.
+	garbage       []int64
+	compaction    *compactRequest
+	compactLedger int64
+
 	// checked holds what checkInvariants saw last (-tags invariants only).
 	checked invariantsSeen
 }
@@ -363,6 +372,10 @@ type deleteRetry struct {
 // Deleting is idempotent: a ledger whose record is gone is deleted.
 func (t *ManagedLedger) onDeleted(p pendingLedger, res LedgerResult) {
 	if res.Err == nil {
+		if i := slices.Index(t.garbage, p.ledger); i >= 0 && p.cursor == "" && p.ledger != t.compactLedger {
+			t.garbage = slices.Delete(slices.Clone(t.garbage), i, i+1)
+			t.recordDirty = true
+		}
 		return
 	}
 	t.stats.DeleteFailures++
@@ -560,6 +573,11 @@ func (t *ManagedLedger) StepMeta(res MetaResult, now time.Time) {
 		}
 		t.current = t.openLedger
 		t.phase = phaseOpen
+		// What a previous owner's compaction left: a ledger it was writing,
+		// or ledgers its swap replaced and it had no time to delete.
+		for _, id := range t.garbage {
+			t.sendLedger(pendingLedger{}, LedgerOp{Kind: LedgerDelete, Ledger: id})
+		}
 		// Persist every cursor at once, to a cursor ledger of our own (the
 		// previous owner's, recovered while loading, is deleted once the
 		// pointer names ours).
@@ -573,7 +591,7 @@ func (t *ManagedLedger) StepMeta(res MetaResult, now time.Time) {
 			t.event(EventOpened, "", nil, fmt.Sprintf("ledger %d", t.current))
 		}
 		t.flushQueue()
-	case metaRecordRoll, metaRecordTrim, metaRecordSync:
+	case metaRecordRoll, metaRecordTrim, metaRecordSync, metaRecordCompact:
 		t.afterRecordWrite(p, res)
 	case metaRecordCheck:
 		t.onRecordChecked(p, res)
@@ -587,6 +605,7 @@ func (t *ManagedLedger) StepMeta(res MetaResult, now time.Time) {
 		}
 	}
 	t.tryRollCAS()
+	t.tryCompactCAS()
 	t.tryFinishClose()
 }
 
@@ -606,6 +625,7 @@ func (t *ManagedLedger) onTopicLoaded(res MetaResult) {
 		t.recordVersion, t.epoch = res.Version, res.Version
 		t.list.infos = rec.Ledgers
 		t.cursorNames = rec.Cursors
+		t.garbage = rec.Garbage
 	}
 	t.loadWaiting = len(t.cursorNames)
 	for _, name := range t.cursorNames {
@@ -716,6 +736,7 @@ func (t *ManagedLedger) fail(err error) {
 		t.ackErr(q.token, err)
 	}
 	t.queue, t.held = nil, nil
+	t.answerCompaction(err)
 	kind := EventFailed
 	if errors.Is(err, ErrFenced) {
 		kind = EventFenced
@@ -747,7 +768,11 @@ func (t *ManagedLedger) sendMeta(p pendingMeta, op MetaOp) {
 
 // casRecord writes the topic record with ledgers as its list.
 func (t *ManagedLedger) casRecord(p pendingMeta, ledgers []LedgerInfo) {
-	rec := Record{Ledgers: ledgers, Cursors: t.cursorNames, Owner: t.cfg.Owner}
+	garbage := t.garbage
+	if p.garbage != nil {
+		garbage = p.garbage
+	}
+	rec := Record{Ledgers: ledgers, Cursors: t.cursorNames, Owner: t.cfg.Owner, Garbage: garbage}
 	op := MetaOp{Kind: MetaPut, Key: Key(t.cfg.Name), Value: rec.marshal(), Version: t.recordVersion}
 	if t.recordVersion == 0 {
 		op.Kind = MetaCreate
@@ -771,6 +796,8 @@ func (t *ManagedLedger) afterRecordWrite(p pendingMeta, res MetaResult) {
 		if res.Err != nil {
 			t.recordDirty = true
 		}
+	case metaRecordCompact:
+		t.onCompactRecorded(p, res)
 	}
 }
 
@@ -902,6 +929,14 @@ func (t *ManagedLedger) checkLedgerList() {
 		t.violated("a topic with a current ledger (%d) has no reason to be without one: %v", t.current, t.noLedger)
 	case t.phase == phaseOpen && t.current != 0 && !infos[len(infos)-1].Closed.IsZero():
 		t.violated("the current ledger is open: ledger %d closed at %s", t.current, infos[len(infos)-1].Closed)
+	}
+	if t.compactLedger != 0 && !slices.Contains(t.garbage, t.compactLedger) {
+		t.violated("the compacted ledger being written is named as garbage: ledger %d, garbage %v", t.compactLedger, t.garbage)
+	}
+	for _, info := range infos {
+		if info.Data != 0 && slices.Contains(t.garbage, info.Data) {
+			t.violated("a listed compacted ledger is not garbage: ledger %d (segment %d), garbage %v", info.Data, info.ID, t.garbage)
+		}
 	}
 	for id := range t.times {
 		if i := t.list.index(id); i == len(infos) || infos[i].ID != id {

@@ -587,7 +587,7 @@ func TestManagedLedgerAckValidation(t *testing.T) {
 func TestManagedLedgerLocate(t *testing.T) {
 	_, o, ls := threeLedgers(t, Config{})
 	got := o.tp.Locate(Position{ls[0].ID, 1}, 5)
-	want := []ReadSpan{{ls[0].ID, 1, 2}, {ls[1].ID, 0, 2}}
+	want := []ReadSpan{{ls[0].ID, 1, 2, ls[0].ID}, {ls[1].ID, 0, 2, ls[1].ID}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Locate = %v, want %v", got, want)
 	}

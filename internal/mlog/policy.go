@@ -15,10 +15,23 @@ type LedgerInfo struct {
 	// (zero while open). Unix milliseconds in JSON.
 	Created time.Time `json:"created"`
 	Closed  time.Time `json:"closed,omitzero"`
+	// Data is the ledger holding this segment's entries when compaction
+	// rewrote it (see Compact in maint.go); 0: the ledger ID itself. ID
+	// then stays the first replaced ledger's, so that the list keeps its
+	// order and positions keep comparing by ledger, then entry.
+	Data int64 `json:"data,omitempty"`
 }
 
 // LastEntry is the ledger's last entry id (-1 when empty).
 func (l LedgerInfo) LastEntry() int64 { return l.Entries - 1 }
+
+// Stored is the ledger on the bookies that holds the entries.
+func (l LedgerInfo) Stored() int64 {
+	if l.Data != 0 {
+		return l.Data
+	}
+	return l.ID
+}
 
 // RolloverPolicy decides when the owner closes the current ledger and opens
 // a new one. Defaults follow Pulsar's managedLedger* settings.

@@ -14,7 +14,12 @@
 // ManagedLedger is the managed ledger of one topic, a state machine of the same
 // kind: takeover, rollover, trimming, cursor persistence, backlog quota and
 // TTL, with every ledger and metadata operation an output (Ready) carried
-// out by the shell in package mlogclient. This package must never do I/O,
+// out by the shell in package mlogclient. It also keeps the ordering rules
+// of compaction (maint.go): a compacted ledger is named in the record
+// before it is written, swapped in for a run of closed ledgers by one CAS
+// (readers see the old ledgers or the new one, never a mix), and the
+// replaced ledgers are deleted only after that CAS; what survives is for
+// the compactor, a shell, to decide. This package must never do I/O,
 // start goroutines or read a clock.
 package mlog
 

@@ -34,6 +34,11 @@ type Record struct {
 	Cursors []string `json:"cursors,omitempty"`
 	// Owner names the broker that wrote the record last (diagnostics).
 	Owner string `json:"owner,omitempty"`
+	// Garbage lists ledgers on no list that are still to be deleted: a
+	// compacted ledger being written (named here before its first entry)
+	// and the ledgers a compaction swap replaced. A new owner deletes them
+	// all, so a compaction cut short by a crash leaves nothing behind.
+	Garbage []int64 `json:"garbage,omitempty"`
 }
 
 func (r *Record) marshal() []byte {

@@ -231,6 +231,8 @@ const (
 	// EventDeleteAbandoned: a ledger delete failed while maxDeleteRetries
 	// others waited for a retry; the ledger stays on the bookies.
 	EventDeleteAbandoned
+	// EventCompacted: a compaction swap replaced ledgers (Detail says which).
+	EventCompacted
 )
 
 // Event is something the shell should log.
@@ -251,11 +253,14 @@ type Ready struct {
 	MetaOps   []MetaOp
 	Acks      []AppendAck
 	Events    []Event
+	// Compactions answer RegisterCompaction and EndCompaction.
+	Compactions []CompactionDone
 }
 
 // Empty reports whether there is nothing to do.
 func (r Ready) Empty() bool {
-	return len(r.LedgerOps) == 0 && len(r.MetaOps) == 0 && len(r.Acks) == 0 && len(r.Events) == 0
+	return len(r.LedgerOps) == 0 && len(r.MetaOps) == 0 && len(r.Acks) == 0 && len(r.Events) == 0 &&
+		len(r.Compactions) == 0
 }
 
 type metaPurpose int
@@ -279,9 +284,12 @@ const (
 	metaRecordRoll
 	metaRecordTrim
 	metaRecordSync
+	// metaRecordCompact: a compaction's CAS (registering its ledger, or
+	// the swap).
+	metaRecordCompact
 )
 
-var metaPurposeNames = [...]string{"load topic", "load cursor", "persist cursor", "check owner", "cursor version", "delete cursor", "claim cursor", "check record", "register ledger", "roll over", "trim", "sync record"}
+var metaPurposeNames = [...]string{"load topic", "load cursor", "persist cursor", "check owner", "cursor version", "delete cursor", "claim cursor", "check record", "register ledger", "roll over", "trim", "sync record", "compact"}
 
 func (p metaPurpose) String() string { return metaPurposeNames[p] }
 
@@ -303,6 +311,10 @@ type pendingMeta struct {
 	written  []byte
 	check    *pendingMeta
 	checkErr error
+	// garbage: the Garbage list this record write carries (see
+	// Record.Garbage); compaction: the request it writes for.
+	garbage    []int64
+	compaction *compactRequest
 }
 
 type pendingLedger struct {
@@ -332,6 +344,12 @@ type Stats struct {
 	RolloverFailures  int64
 	LastRolloverError string
 	TrimmedLedgers    int64
+	// Compactions counts compaction swaps; CompactedBytes the bytes they
+	// removed from the list (replaced minus compacted); Garbage the
+	// ledgers off the list still to delete.
+	Compactions    int64
+	CompactedBytes int64
+	Garbage        int
 	// DeleteFailures counts failed ledger deletes (each is retried);
 	// DeletesAbandoned those not retried because maxDeleteRetries were
 	// already waiting.

@@ -34,6 +34,9 @@ type Segment struct {
 	ID      int64
 	Entries int64
 	Bytes   int64 // payload bytes of its entries (0: unknown)
+	// Compacted: compaction rewrote the segment, so its batches may have
+	// gaps between their offsets.
+	Compacted bool
 }
 
 // Entry is one entry read from a log.
@@ -60,6 +63,15 @@ type Log interface {
 	// Done is closed when the log has stopped; no further acks arrive.
 	Done() <-chan struct{}
 	Close(ctx context.Context) error
+}
+
+// Rewriter is a Log whose segments compaction may rewrite (ledger mode's
+// managed ledger). Rewrites counts the rewrites so far: positions read
+// while it keeps one value name the same entries; a rewrite renumbers the
+// entries of the segments it replaces, so positions read before it must be
+// located again.
+type Rewriter interface {
+	Rewrites() uint64
 }
 
 // Permit is room for one append, taken by Log.Admit. Admission is apart

@@ -43,6 +43,13 @@ type Config struct {
 	// nothing stays in the dedup table (Kafka's producer.id.expiration.ms,
 	// default 24h); ExpireProducers applies it.
 	ProducerExpiry time.Duration
+	// Compacted, when set and true, says the topic is compacted
+	// (cleanup.policy has compact): records without a key are refused
+	// with INVALID_RECORD, as Kafka does, and the log may have gaps — a
+	// read of an offset compaction removed returns the next batch that
+	// survived. It is read on every append and read (a config change
+	// applies at once).
+	Compacted func() bool
 	// OnFail is called (once, without locks held) when the partition stops
 	// serving because its log failed or was fenced by a new owner; never
 	// after Close.
@@ -85,10 +92,16 @@ type Partition struct {
 	wake      chan struct{}
 	firsts    map[int64]int64 // segment → base offset of its first batch
 	hints     map[int64]Pos   // next offset → position, after sequential reads
-	maxTs     int64
-	maxTsOff  int64
-	avgSize   int64
-	closing   bool
+	// rewrites: the log's Rewrites when index and hints were built; they
+	// are dropped when it changes (a compaction renumbered positions).
+	rewrites uint64
+	// compactedSegs: the segments compaction rewrote, as the log listed
+	// them last: a gap in one is compaction's, not retention's.
+	compactedSegs map[int64]bool
+	maxTs         int64
+	maxTsOff      int64
+	avgSize       int64
+	closing       bool
 	// refreshing: a background RefreshStart is running (at most one).
 	refreshing bool
 	// refreshes counts background refreshes started (tests).
@@ -142,7 +155,7 @@ type floorRecord struct {
 }
 
 func (p *Partition) load(ctx context.Context) error {
-	segs, err := p.cfg.Log.Segments(ctx)
+	segs, err := p.segments(ctx)
 	if err != nil {
 		return err
 	}
@@ -335,6 +348,18 @@ func (p *Partition) Append(ctx context.Context, raw []byte) <-chan kafka.AppendR
 		out <- kafka.AppendResult{Err: kerr.InvalidRecord}
 		return out
 	}
+	if p.compacted() {
+		// Kafka: "Compacted topic cannot accept message without key".
+		keyless, err := HasKeylessRecord(b, raw)
+		if err != nil {
+			out <- kafka.AppendResult{Err: kerr.CorruptMessage}
+			return out
+		}
+		if keyless {
+			out <- kafka.AppendResult{Err: kerr.InvalidRecord}
+			return out
+		}
+	}
 	// Room in the log first, without the lock: a full log makes this
 	// produce wait, and nothing else.
 	permit, err := p.cfg.Log.Admit(ctx)
@@ -524,13 +549,88 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 		p.mu.Unlock()
 		return res, nil
 	}
+	p.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		rewritten, err := p.readAt(ctx, offset, maxBytes, &res)
+		if !rewritten || attempt == maxRewriteRetries {
+			return res, err
+		}
+		// A compaction swap renumbered positions while we read: nothing
+		// read is kept; locate again in the new version.
+		res.Batches = nil
+	}
+}
+
+// maxRewriteRetries bounds how often a read starts over because a
+// compaction swap happened during it (a swap takes minutes to prepare, so
+// more than one in a row is not expected).
+const maxRewriteRetries = 3
+
+// logRewrites is the log's count of compaction swaps (0 for a log that is
+// never compacted).
+func (p *Partition) logRewrites() uint64 {
+	if r, ok := p.cfg.Log.(Rewriter); ok {
+		return r.Rewrites()
+	}
+	return 0
+}
+
+func (p *Partition) compacted() bool { return p.cfg.Compacted != nil && p.cfg.Compacted() }
+
+// segments lists the log's segments and notes which ones compaction
+// rewrote.
+func (p *Partition) segments(ctx context.Context) ([]Segment, error) {
+	segs, err := p.cfg.Log.Segments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	compacted := map[int64]bool{}
+	for _, s := range segs {
+		if s.Compacted {
+			compacted[s.ID] = true
+		}
+	}
+	p.mu.Lock()
+	p.compactedSegs = compacted
+	p.mu.Unlock()
+	return segs, nil
+}
+
+// inCompactedSegment reports whether segment was rewritten by compaction
+// (when the log was last listed): a topic compacted once keeps its gaps
+// after its cleanup.policy went back to delete, and a read of one returns
+// the next batch, as Kafka's does.
+func (p *Partition) inCompactedSegment(segment int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.compactedSegs[segment]
+}
+
+// readAt is Read from offset (logStart <= offset < hw) into res. It
+// reports rewritten, with nothing in res, when a compaction swap happened
+// before its first batch was taken; a swap after it ends the read early
+// with what was read before it.
+func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, res *kafka.ReadResult) (rewritten bool, _ error) {
+	gen := p.logRewrites()
+	p.mu.Lock()
+	if gen != p.rewrites {
+		// Positions in the index and the hints name entries of ledgers a
+		// swap replaced: forget them (the index refills from new appends).
+		p.rewrites = gen
+		p.index = nil
+		clear(p.hints)
+		clear(p.firsts)
+	}
 	pos, found := p.locateIndexed(offset)
 	avg := p.avgSize
 	p.mu.Unlock()
 	if !found {
 		var err error
 		if pos, err = p.locateLog(ctx, offset); err != nil {
-			return res, p.readErr(ctx, pos, err)
+			if p.logRewrites() != gen {
+				return true, nil
+			}
+			return false, p.readErr(ctx, pos, err)
 		}
 	}
 	var total int32
@@ -546,11 +646,19 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 			n = int(min(max(int64(maxBytes-total)/max(avg, 64)+1, 1), 1024))
 		}
 		es, err := p.cfg.Log.Read(ctx, pos, n)
+		if p.logRewrites() != gen {
+			// Read (or located) before a compaction swap and perhaps
+			// after it: the entries may mix versions.
+			if total == 0 {
+				return true, nil
+			}
+			break
+		}
 		if err != nil {
 			if total > 0 {
 				break // answer with what was read; the client asks again
 			}
-			return res, p.readErr(ctx, pos, err)
+			return false, p.readErr(ctx, pos, err)
 		}
 		if len(es) == 0 {
 			break
@@ -577,12 +685,14 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 				full = true
 				break
 			}
-			if total == 0 && b.BaseOffset > offset {
+			if total == 0 && b.BaseOffset > offset && !p.compacted() && !p.inCompactedSegment(e.Pos.Segment) {
 				// The entry that held offset is gone: retention deleted its
 				// ledger after we last looked at where the log starts.
-				// Never skip records silently; the client resets.
+				// Never skip records silently; the client resets. (On a
+				// compacted topic this is a gap compaction left: the batch
+				// is the next survivor, which is what Kafka answers.)
 				p.refreshStartInBackground()
-				return res, kerr.OffsetOutOfRange
+				return false, kerr.OffsetOutOfRange
 			}
 			if total > 0 && total+int32(len(e.Payload)) > maxBytes {
 				full = true
@@ -603,10 +713,12 @@ func (p *Partition) Read(ctx context.Context, offset int64, maxBytes int32) (kaf
 		if len(p.hints) > 4096 {
 			clear(p.hints)
 		}
-		p.hints[lastBatch.LastOffset()+1] = Pos{Segment: lastPos.Segment, Entry: lastPos.Entry + 1}
+		if p.rewrites == gen {
+			p.hints[lastBatch.LastOffset()+1] = Pos{Segment: lastPos.Segment, Entry: lastPos.Entry + 1}
+		}
 		p.mu.Unlock()
 	}
-	return res, nil
+	return false, nil
 }
 
 // unknownSizeEntries is how many entries a read asks for before the
@@ -633,7 +745,7 @@ func (p *Partition) locateIndexed(offset int64) (Pos, bool) {
 // first over segments by their first batch's base offset, then over the
 // segment's entries. O(log segments + log entries) reads.
 func (p *Partition) locateLog(ctx context.Context, offset int64) (Pos, error) {
-	segs, err := p.cfg.Log.Segments(ctx)
+	segs, err := p.segments(ctx)
 	if err != nil {
 		return Pos{}, err
 	}
@@ -723,7 +835,7 @@ func (p *Partition) indexedAtTime(ts int64) (Pos, bool) {
 // searchTimeLog binary-searches the log for the first batch with max
 // timestamp ≥ ts.
 func (p *Partition) searchTimeLog(ctx context.Context, ts int64) (Pos, bool, error) {
-	segs, err := p.cfg.Log.Segments(ctx)
+	segs, err := p.segments(ctx)
 	if err != nil {
 		return Pos{}, false, err
 	}
@@ -771,7 +883,7 @@ func (p *Partition) MaxTimestamp(ctx context.Context) (int64, int64, error) {
 // RefreshStart re-reads where the log starts (after retention deleted
 // segments) and forgets the index below it.
 func (p *Partition) RefreshStart(ctx context.Context) error {
-	segs, err := p.cfg.Log.Segments(ctx)
+	segs, err := p.segments(ctx)
 	if err != nil {
 		return err
 	}

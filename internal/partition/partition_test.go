@@ -40,8 +40,9 @@ type memLog struct {
 }
 
 type memSeg struct {
-	id      int64
-	entries [][]byte
+	id        int64
+	entries   [][]byte
+	compacted bool
 }
 
 func newMemLog() *memLog {
@@ -170,7 +171,7 @@ func (l *memLog) Segments(ctx context.Context) ([]Segment, error) {
 	var out []Segment
 	for _, s := range l.segs {
 		if len(s.entries) > 0 {
-			out = append(out, Segment{ID: s.id, Entries: int64(len(s.entries))})
+			out = append(out, Segment{ID: s.id, Entries: int64(len(s.entries)), Compacted: s.compacted})
 		}
 	}
 	return out, nil

@@ -13,7 +13,9 @@
 // Two simulations share the engine: RunLedger (the ledger protocol) and
 // RunTopic (the managed ledger, internal/mlog's Topic core, with owners that
 // crash or pause and hand the topic over, consumers acknowledging out of
-// order, a modelled ledger service and metadata outages).
+// order, a modelled ledger service and metadata outages; one seed in five
+// runs a compacted topic instead, with a compactor and the compaction
+// checker of topic_compact.go).
 //
 // A third, RunISR (isr.go, isr_faults.go, isr_clients.go, isr_check.go;
 // `quire sim isr`), runs Kafka's ISR mode: internal/isr's Replicas over

@@ -47,13 +47,16 @@ type TopicStats struct {
 	IndividualAcks, CumulativeAcks       int
 	OverLimit, Outages, AmbiguousMeta    int
 	TTLExpirations, QuotaRejected        int
+	Compactions                          int // compaction swaps that succeeded
+	CompactionsInterrupted               int // compactors that died with their owner mid-way
+	GarbageLeft                          int // ledgers the final record names as garbage, not yet deleted
 	RecoveredUnacked                     int // entries written, unacknowledged, kept by a recovery
 	Redelivered                          int // acks lost in a takeover (unpersisted or over the limit)
 	VirtualTime                          time.Duration
 }
 
 // TopicMutants lists the names TopicOptions.Mutant accepts.
-var TopicMutants = []string{"early-trim"}
+var TopicMutants = []string{"early-trim", compactDropLive}
 
 // ParseTopicMutant checks a topic mutant name and reports whether it is early-trim.
 func ParseTopicMutant(name string) (earlyTrim bool, err error) {
@@ -62,6 +65,8 @@ func ParseTopicMutant(name string) (earlyTrim bool, err error) {
 		return false, nil
 	case "early-trim":
 		return true, nil
+	case compactDropLive:
+		return false, nil
 	}
 	return false, fmt.Errorf("sim: unknown topic mutant %q (known: %v)", name, TopicMutants)
 }
@@ -103,6 +108,10 @@ type topicScenario struct {
 	ambiguousProb    float64
 	outages          []window
 	takeovers        []takeover
+	// compact: a compacted topic (topic_compact.go): no cursors, no
+	// retention, keyed messages, a compactor every compactEvery.
+	compact      bool
+	compactEvery time.Duration
 }
 
 type takeover struct {
@@ -175,6 +184,9 @@ func (sc *topicScenario) String() string {
 	for _, w := range sc.outages {
 		fmt.Fprintf(&b, "; meta outage %v..%v", w.from, w.until)
 	}
+	if sc.compact {
+		fmt.Fprintf(&b, " compact every %v", sc.compactEvery)
+	}
 	for _, t := range sc.takeovers {
 		if t.pause {
 			fmt.Fprintf(&b, "; takeover at %v (pause %v, open +%v)", t.at, t.dur, t.delay)
@@ -218,6 +230,11 @@ type topicSim struct {
 	// rec is the topic record as last written.
 	rec    mlog.Record
 	hasRec bool
+	// compactMutant: the compact-drop-live mutant; firstPos: where each
+	// message was first written (compaction checker).
+	compactMutant    bool
+	firstPos         map[uint64]mlog.Position
+	nextCompactToken uint64
 
 	violations []string
 	firstTrace []string
@@ -240,8 +257,12 @@ func RunTopic(seed int64, opts TopicOptions) TopicResult {
 	e := newEngine(seed, opts.TraceLimit)
 	s := &topicSim{e: e, clock: clock.NewVirtual(time.Unix(0, 0)), earlyTrim: earlyTrim,
 		payloads: map[uint64][]byte{}, acked: map[uint64]mlog.Position{}, ackedAt: map[mlog.Position]uint64{},
-		consumerAcks: map[string]*consumerModel{}, legitTrimmed: map[int64]bool{}}
+		consumerAcks: map[string]*consumerModel{}, legitTrimmed: map[int64]bool{},
+		compactMutant: opts.Mutant == compactDropLive, firstPos: map[uint64]mlog.Position{}}
 	s.sc = newTopicScenario(e)
+	if isCompactionRun(seed, opts.Mutant) {
+		s.sc.makeCompacted(e)
+	}
 	e.tracef("sim", "seed %d mutant=%q: %s", seed, opts.Mutant, s.sc.String())
 	s.run(opts)
 	s.stats.Events, s.stats.VirtualTime = e.events, e.now
@@ -305,6 +326,9 @@ func (s *topicSim) setUp() {
 	}
 	s.startOwner()
 	s.e.after(s.sc.consumeEvery, s.consumeLoop)
+	if s.sc.compact {
+		s.e.after(s.sc.compactEvery, s.compactLoop)
+	}
 }
 
 // startOwner starts a new owner instance on the next broker and opens the topic.
@@ -397,6 +421,9 @@ func (s *topicSim) produceLoop() {
 	s.nextToken++
 	token := s.nextToken
 	payload := fmt.Appendf(nil, "m%d:", token)
+	if s.sc.compact {
+		payload = fmt.Appendf(payload, "k%d:", s.e.intn(0, compactionKeys-1))
+	}
 	for range s.e.intn(0, 24) {
 		payload = append(payload, byte('a'+s.e.rng.IntN(26)))
 	}

@@ -18,9 +18,17 @@ func (s *topicSim) onRecordWritten(o *topicOwner, prev, next mlog.Record) {
 	inNext := map[int64]bool{}
 	for _, l := range next.Ledgers {
 		inNext[l.ID] = true
-		if ml := s.ledgers.byID[l.ID]; ml != nil {
+		if ml := s.ledgers.byID[l.Stored()]; ml != nil {
 			ml.listed = true
 		}
+	}
+	if s.sc.compact {
+		// No cursors, no retention: ledgers leave the list only by a
+		// compaction swap, which the compaction checker judges.
+		s.rec, s.hasRec = next, true
+		s.checkCompacted()
+		s.compactionLeft(prev, next)
+		return
 	}
 	for i, l := range prev.Ledgers {
 		if inNext[l.ID] {
@@ -106,7 +114,7 @@ func (s *topicSim) violateOnce(kind, format string, args ...any) {
 func (s *topicSim) checkDelete(o *topicOwner, l *modelLedger) {
 	if s.hasRec {
 		for _, info := range s.rec.Ledgers {
-			if info.ID == l.id {
+			if info.Stored() == l.id {
 				s.violate(kindTopicEarlyDelete, "%s deletes L%d, which the topic record still lists", o.name, l.id)
 				return
 			}
@@ -130,6 +138,10 @@ func (s *topicSim) checkDelete(o *topicOwner, l *modelLedger) {
 // is readable from the ledgers the topic record lists (within the recorded
 // entry count of a closed ledger), unless a legitimate trim removed it.
 func (s *topicSim) checkAckedReadable() {
+	if s.sc.compact {
+		s.checkCompacted()
+		return
+	}
 	if !s.hasRec {
 		return
 	}
@@ -208,6 +220,12 @@ func (s *topicSim) checkTakeover(o *topicOwner) {
 func (s *topicSim) finalChecks() {
 	if rec, ok := s.metaStore.record(); ok {
 		s.rec, s.hasRec = rec, true
+		// A compacted ledger cut short is garbage the next owner deletes.
+		for _, id := range rec.Garbage {
+			if l := s.ledgers.byID[id]; l != nil && !l.gone && s.latest.alive && s.latest.tp.Phase() == "open" {
+				s.stats.GarbageLeft++
+			}
+		}
 	}
 	s.checkAckedReadable()
 }

@@ -31,6 +31,10 @@ type topicOwner struct {
 	// cursorLedgers: the cursor ledgers named by the cursor pointers this
 	// instance read while opening, by ledger id.
 	cursorLedgers map[int64]string
+	// compacting: its compactor is at work; compactWaiters: compaction
+	// answers it waits for, by token.
+	compacting     bool
+	compactWaiters map[uint64]func(error)
 }
 
 // input runs fn on the owner (or queues it while paused) and carries out
@@ -101,6 +105,9 @@ func (o *topicOwner) drain() {
 		}
 		for _, ev := range rd.Events {
 			o.onEvent(ev)
+		}
+		for _, d := range rd.Compactions {
+			o.onCompactionDone(d)
 		}
 	}
 }
@@ -307,6 +314,7 @@ func (m *ledgerModel) append(o *topicOwner, l *modelLedger, op mlog.LedgerOp, re
 	}
 	l.entries = append(l.entries, modelEntry{payload: op.Payload, written: s.e.now})
 	idx := len(l.entries) - 1
+	s.noteWritten(op.Payload, mlog.Position{LedgerID: l.id, EntryID: int64(idx)})
 	at := s.e.now + s.e.between(s.sc.ledgerMin, s.sc.ledgerMax)
 	if t := m.ackTip[l.id]; at < t {
 		at = t

@@ -43,6 +43,9 @@ func TestSimTopicNoViolations(t *testing.T) {
 			t.Fatalf("seed %d: %s\nscenario: %s\ntrace:\n%s", seed, r.Violations[0], r.Scenario, strings.Join(r.Trace, "\n"))
 		}
 		st := r.Stats
+		if st.GarbageLeft > 0 {
+			t.Errorf("seed %d: the final record still names %d garbage ledgers not deleted", seed, st.GarbageLeft)
+		}
 		for name, hit := range map[string]bool{
 			"crash":                 st.Crashes > 0,
 			"zombie pause":          st.Pauses > 0,
@@ -59,6 +62,8 @@ func TestSimTopicNoViolations(t *testing.T) {
 			"append error":          st.AppendErrors > 0,
 			"ttl expired":           st.TTLExpirations > 0,
 			"backlog quota":         st.QuotaRejected > 0,
+			"compaction":            st.Compactions > 0,
+			"compaction crash":      st.CompactionsInterrupted > 0,
 		} {
 			if hit {
 				reached[name]++
@@ -66,7 +71,7 @@ func TestSimTopicNoViolations(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"crash", "zombie pause", "owner fenced", "zombie write rejected", "rollover", "trim",
-		"over range limit", "redelivery", "recovery kept unacked", "cumulative ack", "metadata outage", "ambiguous metadata", "append error", "ttl expired", "backlog quota"} {
+		"over range limit", "redelivery", "recovery kept unacked", "cumulative ack", "metadata outage", "ambiguous metadata", "append error", "ttl expired", "backlog quota", "compaction", "compaction crash"} {
 		if reached[name] == 0 {
 			t.Errorf("no run of seeds 1-%d reached %q", seeds, name)
 		}
@@ -95,4 +100,27 @@ func TestSimTopicEarlyTrimCaught(t *testing.T) {
 	if r := RunTopic(1, TopicOptions{Mutant: "bogus"}); r.Err == nil {
 		t.Fatal("unknown mutant accepted")
 	}
+}
+
+// TestSimTopicCompactDropLiveCaught: the compact-drop-live mutant (the
+// compactor leaves out one key's surviving entry) is caught by the
+// compaction checker, and only by it.
+func TestSimTopicCompactDropLiveCaught(t *testing.T) {
+	caught := 0
+	for seed := int64(1); seed <= 20; seed++ {
+		r := RunTopic(seed, TopicOptions{Mutant: compactDropLive})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if len(r.Violations) > 0 {
+			if !strings.HasPrefix(r.Violations[0], kindTopicCompactionLost+":") {
+				t.Fatalf("seed %d: first violation is not %s: %s", seed, kindTopicCompactionLost, r.Violations[0])
+			}
+			caught++
+		}
+	}
+	if caught == 0 {
+		t.Fatal("compact-drop-live not caught in seeds 1-20")
+	}
+	t.Logf("caught in %d of 20 seeds", caught)
 }

@@ -139,10 +139,10 @@ func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries
 					continue
 				}
 				// A run of misses is read from the bookies in one request.
-				if n := len(misses); n > 0 && misses[n-1].span.Ledger == span.Ledger && misses[n-1].span.Last == e-1 {
+				if n := len(misses); n > 0 && misses[n-1].span.Ledger == span.Ledger && misses[n-1].span.Stored == span.Stored && misses[n-1].span.Last == e-1 {
 					misses[n-1].span.Last = e
 				} else {
-					misses = append(misses, readMiss{mlog.ReadSpan{Ledger: span.Ledger, First: e, Last: e}, len(out)})
+					misses = append(misses, readMiss{mlog.ReadSpan{Ledger: span.Ledger, First: e, Last: e, Stored: span.Stored}, len(out)})
 				}
 				out = append(out, Entry{Pos: p})
 			}

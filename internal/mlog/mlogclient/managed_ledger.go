@@ -92,15 +92,21 @@ type ManagedLedger struct {
 	writers  map[int64]*ledgerclient.Writer
 	payloads map[mlog.OpID][]byte // appends in flight, for the cache
 	waiters  map[uint64]func(mlog.AppendAck)
-	token    uint64
-	cache    entryCache
-	opened   chan error // answered once Open settles
-	closing  []chan error
+	// compactions: callers waiting for a compaction answer, by token.
+	compactions map[uint64]chan error
+	token       uint64
+	cache       entryCache
+	opened      chan error // answered once Open settles
+	closing     []chan error
 
 	statsMu sync.Mutex
 	hits    int64
 	misses  int64
 
+	// rewrites counts compaction swaps (see Rewrites); swapsSeen is the
+	// core's count as noticeSwaps last saw it (loop goroutine).
+	rewrites  atomic.Uint64
+	swapsSeen int64
 	readAhead *readAhead // nil: disabled
 	metadata  *metadataCache
 	reads     atomic.Uint64 // reads so far: the read-ahead's clock
@@ -143,7 +149,7 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		cfg: cfg, name: name, log: cfg.Logger.With("component", "mlog", "topic", name),
 		ctx: opsCtx, cancel: cancel, permits: make(chan struct{}, cfg.Core.MaxQueuedAppends),
 		core: mlog.New(cfg.Core), writers: map[int64]*ledgerclient.Writer{},
-		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]func(mlog.AppendAck){},
+		payloads: map[mlog.OpID][]byte{}, waiters: map[uint64]func(mlog.AppendAck){}, compactions: map[uint64]chan error{},
 		cache: newEntryCache(cfg.CacheEntries, cfg.CacheBytes, cfg.CacheBudget), metadata: newMetadataCache(1024),
 	}
 	if cfg.ReadAheadBytes == 0 {
@@ -260,7 +266,10 @@ func (t *ManagedLedger) process() {
 			}
 			go func() {
 				res := t.runMeta(op)
-				t.loop.Complete(func() { t.core.StepMeta(res, time.Now()) })
+				t.loop.Complete(func() {
+					t.core.StepMeta(res, time.Now())
+					t.noticeSwaps()
+				})
 			}()
 		}
 		for _, op := range rd.LedgerOps {
@@ -273,6 +282,12 @@ func (t *ManagedLedger) process() {
 			if done, ok := t.waiters[a.Token]; ok {
 				delete(t.waiters, a.Token)
 				done(a)
+			}
+		}
+		for _, c := range rd.Compactions {
+			if done, ok := t.compactions[c.Token]; ok {
+				delete(t.compactions, c.Token)
+				done <- c.Err
 			}
 		}
 	}
@@ -297,6 +312,8 @@ func (t *ManagedLedger) onEvent(ev mlog.Event) {
 	case mlog.EventFenced, mlog.EventFailed, mlog.EventRolloverFailed:
 		t.settleOpen(ev.Err)
 		t.log.Warn("topic event", "kind", ev.Kind, "err", ev.Err)
+	case mlog.EventCompacted:
+		t.log.Info("compacted", "detail", ev.Detail)
 	case mlog.EventAckRangesOverLimit:
 		t.log.Warn("cursor ack ranges over the persisted limit", "cursor", ev.Cursor, "detail", ev.Detail)
 	default:
@@ -320,6 +337,10 @@ func (t *ManagedLedger) failWaiters(err error) {
 	for tok, done := range t.waiters {
 		done(mlog.AppendAck{Token: tok, Err: err})
 		delete(t.waiters, tok)
+	}
+	for tok, done := range t.compactions {
+		done <- err
+		delete(t.compactions, tok)
 	}
 	for id, w := range t.writers {
 		delete(t.writers, id)

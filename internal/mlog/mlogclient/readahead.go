@@ -94,6 +94,9 @@ type readAhead struct {
 	// into a number of entries to fetch.
 	avgEntry int64
 	closed   bool // dropped: fetches that end later give their budget back
+	// gen counts resets (compaction swaps renumber positions): a fetch
+	// located under an older one lands nothing.
+	gen uint64
 
 	hits, fetched, skipped atomic.Int64
 }
@@ -165,10 +168,10 @@ func (r *readAhead) dropPassedLocked() {
 // for (reserved bytes); what does not fit the managed ledger's own bound
 // after evicting the oldest entries is dropped, and unused budget is
 // given back.
-func (r *readAhead) put(entries []Entry, reserved int64) {
+func (r *readAhead) put(entries []Entry, reserved int64, gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if r.closed || gen != r.gen {
 		r.budget.give(reserved)
 		return
 	}
@@ -219,6 +222,26 @@ func (r *readAhead) compactLocked() {
 		r.order = append([]mlog.Position(nil), r.order[r.head:]...)
 		r.head = 0
 	}
+}
+
+// reset empties the buffer and forgets the readers' streams: a compaction
+// swap renumbered the positions they name. Fetches under way land nothing.
+func (r *readAhead) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, b := range r.entries {
+		r.budget.give(int64(len(b)))
+		delete(r.entries, p)
+	}
+	r.order, r.head, r.bytes, r.streams = nil, 0, 0, nil
+	r.gen++
+}
+
+// generation is the count of resets.
+func (r *readAhead) generation() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
 }
 
 // drop empties the buffer (the managed ledger closed).
@@ -347,8 +370,8 @@ func (r *readAhead) inFlight(p mlog.Position) (<-chan struct{}, bool) {
 // land puts entries a fetch for s brought (consecutive, in order; reserved
 // bytes of budget taken for them, see put) and wakes the readers waiting
 // for them.
-func (r *readAhead) land(s *readStream, entries []Entry, reserved int64) {
-	r.put(entries, reserved)
+func (r *readAhead) land(s *readStream, entries []Entry, reserved int64, gen uint64) {
+	r.put(entries, reserved, gen)
 	if len(entries) == 0 {
 		return
 	}
@@ -454,11 +477,15 @@ func (t *ManagedLedger) readSpan(ctx context.Context, span mlog.ReadSpan) ([][]b
 // arrive (see ledgerclient.Client.ReadStream).
 func (t *ManagedLedger) readSpanStream(ctx context.Context, span mlog.ReadSpan, delivered func([][]byte)) error {
 	next := span.First
+	stored := span.Stored
+	if stored == 0 {
+		stored = span.Ledger
+	}
 	for attempt := 0; ; attempt++ {
-		md, cached := t.metadata.get(span.Ledger)
+		md, cached := t.metadata.get(stored)
 		if !cached {
 			var err error
-			if md, _, err = t.cfg.Ledgers.ReadMetadata(ctx, span.Ledger); err != nil {
+			if md, _, err = t.cfg.Ledgers.ReadMetadata(ctx, stored); err != nil {
 				return err
 			}
 			t.metadata.put(md)
@@ -468,7 +495,7 @@ func (t *ManagedLedger) readSpanStream(ctx context.Context, span mlog.ReadSpan, 
 			delivered(p)
 		})
 		if err != nil && cached && attempt == 0 && ctx.Err() == nil {
-			t.metadata.forget(span.Ledger) // perhaps re-replicated elsewhere
+			t.metadata.forget(stored) // perhaps re-replicated elsewhere
 			continue
 		}
 		return err
@@ -491,7 +518,10 @@ func (t *ManagedLedger) prefetch(plan fetchPlan) {
 		last, ok := plan.from, false
 		defer func() { t.readAhead.fetchDone(plan.s, last, ok) }()
 		var spans []mlog.ReadSpan
-		if err := t.call(t.ctx, func() { spans = t.core.Locate(plan.from, plan.count) }); err != nil || len(spans) == 0 {
+		var gen uint64
+		if err := t.call(t.ctx, func() {
+			spans, gen = t.core.Locate(plan.from, plan.count), t.readAhead.generation()
+		}); err != nil || len(spans) == 0 {
 			t.readAhead.budget.give(plan.reserve)
 			return
 		}
@@ -512,7 +542,7 @@ func (t *ManagedLedger) prefetch(plan fetchPlan) {
 		for _, span := range spans {
 			for first := span.First; first <= span.Last; {
 				next := first
-				err := t.readSpanStream(ctx, mlog.ReadSpan{Ledger: span.Ledger, First: first, Last: min(span.Last, first+chunk-1)}, func(p [][]byte) {
+				err := t.readSpanStream(ctx, mlog.ReadSpan{Ledger: span.Ledger, First: first, Last: min(span.Last, first+chunk-1), Stored: span.Stored}, func(p [][]byte) {
 					if full {
 						return
 					}
@@ -526,7 +556,7 @@ func (t *ManagedLedger) prefetch(plan fetchPlan) {
 					used := min(n, reserve)
 					reserve -= used
 					bytes, count = bytes+n, count+int64(len(p))
-					t.readAhead.land(plan.s, entries, used)
+					t.readAhead.land(plan.s, entries, used, gen)
 					last, ok = entries[len(entries)-1].Pos, true
 					if bytes >= plan.reserve {
 						full = true
@@ -564,7 +594,7 @@ func (t *ManagedLedger) takeFetched(out []Entry, rest, misses []readMiss, aheadH
 			if n := len(rest); n > 0 && rest[n-1].span.Ledger == m.span.Ledger && rest[n-1].span.Last == e-1 {
 				rest[n-1].span.Last = e
 			} else {
-				rest = append(rest, readMiss{mlog.ReadSpan{Ledger: m.span.Ledger, First: e, Last: e}, i})
+				rest = append(rest, readMiss{mlog.ReadSpan{Ledger: m.span.Ledger, First: e, Last: e, Stored: m.span.Stored}, i})
 			}
 		}
 	}
