@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -317,9 +318,13 @@ func (b *Broker) AlterTopicConfigs(ctx context.Context, name string, ops []kafka
 					return fmt.Errorf("%w: unknown topic config %q", kerr.InvalidConfig, op.Name)
 				}
 				delete(cfgs, op.Name)
+			case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
+				// List configs only: cleanup.policy is the one a topic has.
+				if op.Name != "cleanup.policy" || op.Value == nil {
+					return fmt.Errorf("%w: operation %v on %q (not a list config)", kerr.InvalidConfig, op.Op, op.Name)
+				}
+				cfgs[op.Name] = alterList(cfgs[op.Name], "delete", *op.Value, op.Op == kmsg.IncrementalAlterConfigOpAppend)
 			default:
-				// APPEND and SUBTRACT apply to list configs; the only list
-				// config (cleanup.policy) has one allowed value.
 				return fmt.Errorf("%w: operation %v on %q", kerr.InvalidConfig, op.Op, op.Name)
 			}
 		}
@@ -397,3 +402,28 @@ func (b *Broker) Coordinator(ctx context.Context, group string) (kafka.Node, err
 
 // Groups implements kafka.Backend.
 func (b *Broker) Groups() kafka.GroupCoordinator { return b.groups }
+
+// alterList appends the comma-separated items of value to the list config
+// cur (def when unset), skipping those present, or subtracts them from it.
+func alterList(cur, def, value string, add bool) string {
+	if cur == "" {
+		cur = def
+	}
+	var out []string
+	for _, it := range strings.Split(cur, ",") {
+		if it = strings.TrimSpace(it); it != "" {
+			out = append(out, it)
+		}
+	}
+	for _, it := range strings.Split(value, ",") {
+		it = strings.TrimSpace(it)
+		switch i := slices.Index(out, it); {
+		case it == "":
+		case add && i < 0:
+			out = append(out, it)
+		case !add && i >= 0:
+			out = slices.Delete(out, i, i+1)
+		}
+	}
+	return strings.Join(out, ",")
+}

@@ -288,6 +288,37 @@ func TestCompactionConfigs(t *testing.T) {
 	if len(want) > 0 {
 		t.Fatalf("not described: %v", want)
 	}
+
+	// cleanup.policy is a list: APPEND and SUBTRACT (kafka-configs
+	// --add-config / --delete-config on a list) work on it, and only on it.
+	policy := func() string {
+		rcs, err := adm.DescribeTopicConfigs(ctx, "both")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, _ := rcs.On("both", nil)
+		for _, cfg := range rc.Configs {
+			if cfg.Key == "cleanup.policy" {
+				return cfg.MaybeValue()
+			}
+		}
+		return ""
+	}
+	for _, step := range []struct {
+		op   kadm.IncrementalOp
+		val  string
+		want string
+	}{{kadm.AppendConfig, "delete", "compact,delete"}, {kadm.AppendConfig, "compact", "compact,delete"}, {kadm.SubtractConfig, "compact", "delete"}} {
+		if r, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: step.op, Name: "cleanup.policy", Value: kadm.StringPtr(step.val)}}, "both"); err != nil || r[0].Err != nil {
+			t.Fatalf("%v cleanup.policy %s: %v %v", step.op, step.val, err, r)
+		}
+		if got := policy(); got != step.want {
+			t.Fatalf("after %v %s: cleanup.policy = %q, want %q", step.op, step.val, got, step.want)
+		}
+	}
+	if r, _ := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.AppendConfig, Name: "retention.ms", Value: kadm.StringPtr("5")}}, "both"); !errors.Is(r[0].Err, kerr.InvalidConfig) {
+		t.Fatalf("APPEND to retention.ms: %v, want INVALID_CONFIG", r[0].Err)
+	}
 }
 
 // waitHeadRolled waits until the ledger holding the last record closed
