@@ -824,18 +824,29 @@ func (e *env) cmdBookieDisk(d *datadriven.TestData) {
 		e.scriptFail("want bare names, as in %q", d.Cmd+" b1 b2")
 	}
 	for _, a := range d.CmdArgs {
-		id := ledger.BookieID(a.Key)
-		b := e.bookies[id]
-		if b == nil {
-			e.scriptFail("unknown bookie %s", id)
-		}
+		b := e.mustBookie(a.Key)
 		b.readOnly = d.Cmd == "read-only"
 		if b.readOnly {
-			e.event("%s is read-only (out of space): it serves reads and refuses adds", id)
+			e.event("%s is read-only (out of space): it serves reads and refuses adds", b.id)
 		} else {
-			e.event("%s is writable", id)
+			e.event("%s is writable", b.id)
 		}
 	}
+	e.registryChanged()
+}
+
+// mustBookie returns the named bookie or fails the script.
+func (e *env) mustBookie(name string) *modelBookie {
+	b := e.bookies[ledger.BookieID(name)]
+	if b == nil {
+		e.scriptFail("unknown bookie %s", name)
+	}
+	return b
+}
+
+// registryChanged tells the writer which bookies it may place on, as the
+// registry would (a paused writer catches up when it resumes).
+func (e *env) registryChanged() {
 	if e.writer != nil && e.writer.state == clientRunning {
 		e.writer.writer.SetCluster(e.clusterView())
 		e.drain(e.writer)
@@ -843,23 +854,14 @@ func (e *env) cmdBookieDisk(d *datadriven.TestData) {
 }
 
 func (e *env) cmdBookieProcess(d *datadriven.TestData) {
-	id := ledger.BookieID(e.firstKey(d))
-	b := e.bookies[id]
-	if b == nil {
-		e.scriptFail("unknown bookie %s", id)
-	}
+	b := e.mustBookie(e.firstKey(d))
 	b.down = d.Cmd == "crash"
 	if b.down {
-		e.event("%s is down", id)
+		e.event("%s is down", b.id)
 	} else {
-		e.event("%s is back (its disk kept everything)", id)
+		e.event("%s is back (its disk kept everything)", b.id)
 	}
-	// The registry tells the writer which bookies it may place on (a paused
-	// writer catches up when it resumes).
-	if e.writer != nil && e.writer.state == clientRunning {
-		e.writer.writer.SetCluster(e.clusterView())
-		e.drain(e.writer)
-	}
+	e.registryChanged()
 }
 
 func (e *env) cmdLoseEntry(d *datadriven.TestData) {
