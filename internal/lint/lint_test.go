@@ -95,6 +95,11 @@ var cores = []corePackage{
 		core:  []string{"admin.go", "group.go", "membership.go", "offsets.go"},
 		shell: []string{"coordinator.go"},
 	},
+	{
+		// The transaction coordinator's core; its shell comes later.
+		dir:  "internal/kafka/txn",
+		core: []string{"coordinator.go", "doc.go", "types.go"},
+	},
 }
 
 // coreForbiddenImports are the packages a core file must not import, with
