@@ -1,0 +1,116 @@
+package partition
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"slices"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// A marker as ControlBatch writes it is what Kafka's clients read as one:
+// a valid v2 batch (franz-go decodes it, the CRC holds), transactional and
+// control, one record with key (0, type) and value (0, coordinator epoch).
+func TestControlBatch(t *testing.T) {
+	for _, commit := range []bool{true, false} {
+		raw := ControlBatch(42, 3, commit, 7, 1_700_000_000_000)
+		var rb kmsg.RecordBatch
+		if err := rb.ReadFrom(raw); err != nil {
+			t.Fatal(err)
+		}
+		if rb.Magic != 2 || rb.ProducerID != 42 || rb.ProducerEpoch != 3 || rb.NumRecords != 1 || rb.Attributes != 0x30 || rb.LastOffsetDelta != 0 {
+			t.Fatalf("batch %+v", rb)
+		}
+		if got := crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)); uint32(rb.CRC) != got {
+			t.Fatalf("crc %08x, want %08x", uint32(rb.CRC), got)
+		}
+		var r kmsg.Record
+		if err := r.ReadFrom(rb.Records); err != nil {
+			t.Fatal(err)
+		}
+		wantType := uint16(0)
+		if commit {
+			wantType = 1
+		}
+		if len(r.Key) != 4 || binary.BigEndian.Uint16(r.Key[2:]) != wantType || len(r.Value) != 6 || binary.BigEndian.Uint32(r.Value[2:]) != 7 {
+			t.Fatalf("record key %x value %x", r.Key, r.Value)
+		}
+		b, err := ParseBatch(raw)
+		if err != nil || !b.Control() || !b.Transactional() {
+			t.Fatalf("ParseBatch = %+v, %v", b, err)
+		}
+		if got, err := ParseControl(raw); err != nil || got != commit {
+			t.Fatalf("ParseControl = %v, %v; want %v", got, err, commit)
+		}
+	}
+	if _, err := ParseControl(ControlBatch(1, 0, true, 0, 0)[:BatchHeaderSize+2]); err == nil {
+		t.Fatal("a cut control batch parsed")
+	}
+}
+
+func txnBatch(pid int64, base int64, n int32) Batch {
+	return Batch{BaseOffset: base, LastOffsetDelta: n - 1, ProducerID: pid, Attributes: attrTransactional, Records: n}
+}
+
+func marker(pid int64, at int64) Batch {
+	return Batch{BaseOffset: at, ProducerID: pid, Attributes: attrTransactional | attrControl, Records: 1}
+}
+
+// Two producers' transactions interleaved: the LSO stays at the oldest
+// open transaction's first offset; aborted ones are named to fetches that
+// overlap them, committed ones never.
+func TestTxnTracker(t *testing.T) {
+	tr := newTxnTracker()
+	tr.observe(Batch{BaseOffset: 0, LastOffsetDelta: 4, ProducerID: -1, Records: 5}, false) // not transactional
+	if got := tr.lso(5); got != 5 {
+		t.Fatalf("LSO %d with nothing open, want the HW 5", got)
+	}
+	tr.observe(txnBatch(1, 5, 3), false)  // 5..7
+	tr.observe(txnBatch(2, 8, 2), false)  // 8..9
+	tr.observe(txnBatch(1, 10, 2), false) // 10..11
+	if got := tr.lso(12); got != 5 {
+		t.Fatalf("LSO %d, want 5 (producer 1 open since 5)", got)
+	}
+	tr.observe(marker(1, 12), true) // commit
+	if got := tr.lso(13); got != 8 {
+		t.Fatalf("LSO %d after producer 1 committed, want 8", got)
+	}
+	tr.observe(txnBatch(2, 13, 1), false)
+	tr.observe(marker(2, 14), false) // abort 8..14
+	tr.observe(marker(3, 15), false) // a marker with no records here
+	if got := tr.lso(16); got != 16 {
+		t.Fatalf("LSO %d with nothing open, want 16", got)
+	}
+	tr.observe(txnBatch(1, 16, 1), false)
+	tr.observe(marker(1, 17), false) // abort 16..17
+	want := []AbortedTxn{{2, 8, 14}, {1, 16, 17}}
+	for _, c := range []struct {
+		from, to int64
+		want     []AbortedTxn
+	}{
+		{0, 8, nil}, {0, 9, want[:1]}, {14, 15, want[:1]}, {15, 16, nil}, {0, 18, want}, {16, 17, want[1:]}, {18, 30, nil},
+	} {
+		if got := tr.abortedIn(c.from, c.to); !slices.Equal(got, c.want) {
+			t.Errorf("abortedIn(%d, %d) = %v, want %v", c.from, c.to, got, c.want)
+		}
+	}
+	tr.trim(15)
+	if got := tr.abortedIn(0, 30); !slices.Equal(got, want[1:]) {
+		t.Fatalf("after trim(15): %v, want %v", got, want[1:])
+	}
+}
+
+// FuzzParseControl: a stored batch that claims to be a marker never panics
+// the parser; a marker ControlBatch wrote always parses to its outcome.
+func FuzzParseControl(f *testing.F) {
+	f.Add(ControlBatch(1, 0, true, 0, 0), true)
+	f.Add(ControlBatch(9, 3, false, 2, 5)[:70], false)
+	f.Add(mkBatch(-1, -1, -1, 1, 0), false)
+	f.Fuzz(func(t *testing.T, raw []byte, commit bool) {
+		_, _ = ParseControl(raw)
+		if got, err := ParseControl(ControlBatch(int64(len(raw)), 1, commit, 0, 0)); err != nil || got != commit {
+			t.Fatalf("ParseControl(ControlBatch(commit=%v)) = %v, %v", commit, got, err)
+		}
+	})
+}
