@@ -158,6 +158,10 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 // left.
 func (s *Server) readPartitions(ctx context.Context, rq *request, answer *fetchAnswer, parts []fetchPartition, maxBytes int32) (int, bool) {
 	resp := answer.FetchResponse
+	var isolation int8
+	if req, ok := rq.kreq.(*kmsg.FetchRequest); ok {
+		isolation = req.IsolationLevel
+	}
 	var early []readOutcome
 	if len(parts) > 1 && limitsFit(parts, maxBytes) {
 		early = make([]readOutcome, len(parts))
@@ -205,6 +209,9 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, answer *fetchA
 		rp.ErrorCode = 0
 		rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
 		fp.highWatermark = res.HighWatermark
+		if tp, ok := fp.part.(TransactionalPartition); ok {
+			readCommitted(&res, rp, tp, fp.offset, isolation)
+		}
 		size := res.Size()
 		if total > 0 && size > int(limit) {
 			continue // only the first partition with data may exceed the limits
@@ -218,6 +225,28 @@ func (s *Server) readPartitions(ctx context.Context, rq *request, answer *fetchA
 		total += size
 	}
 	return total, failed
+}
+
+// readCommitted applies a transactional partition's last stable offset to
+// one partition's read: every fetch reports it; a read_committed one
+// (isolation 1) returns only batches below it, with the aborted
+// transactions among them (null when there are none, which clients read
+// as an empty list, and which keeps the answer on the vectored path).
+func readCommitted(res *ReadResult, rp *kmsg.FetchResponseTopicPartition, tp TransactionalPartition, from int64, isolation int8) {
+	lso := min(tp.LastStableOffset(), res.HighWatermark)
+	res.LastStableOffset, rp.LastStableOffset = lso, lso
+	if isolation != 1 {
+		return
+	}
+	end := belowStable(res, lso, from)
+	if end <= from {
+		return
+	}
+	for _, a := range tp.AbortedTransactions(from, end) {
+		at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+		at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+		rp.AbortedTransactions = append(rp.AbortedTransactions, at)
+	}
 }
 
 // fetchReadConcurrency bounds the partitions of one fetch read at once.

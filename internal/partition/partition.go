@@ -50,6 +50,11 @@ type Config struct {
 	// survived. It is read on every append and read (a config change
 	// applies at once).
 	Compacted func() bool
+	// Transactions accepts transactional batches (from producers with a
+	// transactional id, which only a transaction coordinator hands out)
+	// and AppendMarker's markers; without it they are refused with
+	// INVALID_RECORD. Control batches from clients are always refused.
+	Transactions bool
 	// OnFail is called (once, without locks held) when the partition stops
 	// serving because its log failed or was fenced by a new owner; never
 	// after Close.
@@ -86,6 +91,7 @@ type Partition struct {
 	logStart  int64
 	index     []indexed
 	producers producers
+	txns      *txnTracker
 	hwCh      chan struct{} // closed when hw advances or the partition fails
 	failed    error
 	queue     []*pending
@@ -116,7 +122,10 @@ type Partition struct {
 	stopOnce sync.Once
 }
 
-var _ kafka.Partition = (*Partition)(nil)
+var (
+	_ kafka.Partition              = (*Partition)(nil)
+	_ kafka.TransactionalPartition = (*Partition)(nil)
+)
 
 // Open loads a partition from its log: the next offset from the last batch
 // (or the stored floor), the log start from the first, and the producer
@@ -139,7 +148,7 @@ func Open(ctx context.Context, cfg Config) (*Partition, error) {
 	}
 	p := &Partition{
 		cfg: cfg, log: cfg.Logger.With("partition", cfg.Name),
-		producers: newProducers(), hwCh: make(chan struct{}), wake: make(chan struct{}, 1),
+		producers: newProducers(), txns: newTxnTracker(), hwCh: make(chan struct{}), wake: make(chan struct{}, 1),
 		firsts: map[int64]int64{}, hints: map[int64]Pos{}, maxTs: -1, maxTsOff: -1,
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -212,8 +221,18 @@ func (p *Partition) load(ctx context.Context) error {
 				continue
 			}
 			p.indexBatch(b, e.Pos, int32(len(e.Payload)))
-			if b.Idempotent() {
+			switch {
+			case b.Control():
+				commit, err := ParseControl(e.Payload)
+				if err != nil {
+					p.log.Warn("skipping a control batch that is not a marker", "pos", e.Pos, "err", err)
+					continue
+				}
+				_ = p.producers.fence(b.ProducerID, b.ProducerEpoch, time.Now())
+				p.txns.observe(b, commit)
+			case b.Idempotent():
 				p.producers.record(b, doneRecord(), time.Now())
+				p.txns.observe(b, false)
 			}
 		}
 		last := es[len(es)-1].Pos
@@ -344,7 +363,7 @@ func (p *Partition) Append(ctx context.Context, raw []byte) <-chan kafka.AppendR
 		out <- kafka.AppendResult{Err: batchErr(err)}
 		return out
 	}
-	if b.Attributes&(attrTransactional|attrControl) != 0 {
+	if b.Control() || b.Transactional() && (!p.cfg.Transactions || !b.Idempotent()) {
 		out <- kafka.AppendResult{Err: kerr.InvalidRecord}
 		return out
 	}
@@ -413,10 +432,76 @@ func (p *Partition) Append(ctx context.Context, raw []byte) <-chan kafka.AppendR
 	if rec != nil {
 		p.producers.record(b, rec, time.Now())
 	}
-	p.queue = append(p.queue, &pending{batch: b, ack: permit.Append(payload), rec: rec, result: out, size: int32(len(payload))})
+	p.txns.observe(b, false)
+	p.enqueue(&pending{batch: b, ack: permit.Append(payload), rec: rec, result: out, size: int32(len(payload))})
+	return out
+}
+
+// enqueue hands an append whose offsets are assigned to the acker; the
+// caller holds mu.
+func (p *Partition) enqueue(pd *pending) {
+	p.queue = append(p.queue, pd)
 	select {
 	case p.wake <- struct{}{}:
 	default:
+	}
+}
+
+// AppendMarker appends a transaction marker (a control batch: commit or
+// abort of producer pid's open transaction, written by the transaction
+// coordinator of coordinatorEpoch). A marker of an epoch older than the
+// producer's is refused with PRODUCER_FENCED; one of a newer epoch fences
+// the producer's older epochs.
+func (p *Partition) AppendMarker(ctx context.Context, pid int64, epoch int16, commit bool, coordinatorEpoch int32) <-chan kafka.AppendResult {
+	out := make(chan kafka.AppendResult, 1)
+	if !p.cfg.Transactions {
+		out <- kafka.AppendResult{Err: kerr.InvalidRecord}
+		return out
+	}
+	raw := ControlBatch(pid, epoch, commit, coordinatorEpoch, time.Now().UnixMilli())
+	permit, err := p.cfg.Log.Admit(ctx)
+	if err != nil {
+		out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
+		return out
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed != nil || p.closing {
+		permit.Release()
+		out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
+		return out
+	}
+	if err := p.producers.fence(pid, epoch, time.Now()); err != nil {
+		permit.Release()
+		out <- kafka.AppendResult{Err: kerr.InvalidProducerEpoch}
+		return out
+	}
+	b, _ := ParseBatch(raw)
+	b.BaseOffset = p.next
+	setOffsets(raw, b.BaseOffset, b.LeaderEpoch)
+	p.next = b.LastOffset() + 1
+	p.txns.observe(b, commit)
+	p.enqueue(&pending{batch: b, ack: permit.Append(raw), result: out, size: int32(len(raw))})
+	return out
+}
+
+// LastStableOffset is the offset below which every transaction is decided
+// (the high watermark when none is open): where a read_committed fetch
+// stops.
+func (p *Partition) LastStableOffset() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.txns.lso(p.hw)
+}
+
+// AbortedTransactions returns the aborted transactions with records in
+// [from, to), for a read_committed fetch of that range.
+func (p *Partition) AbortedTransactions(from, to int64) []kafka.AbortedTransaction {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []kafka.AbortedTransaction
+	for _, a := range p.txns.abortedIn(from, to) {
+		out = append(out, kafka.AbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 	}
 	return out
 }
@@ -900,6 +985,7 @@ func (p *Partition) RefreshStart(ctx context.Context) error {
 		p.logStart = f
 		i := sort.Search(len(p.index), func(i int) bool { return p.index[i].base >= f })
 		p.index = p.index[i:]
+		p.txns.trim(f)
 	}
 	return nil
 }

@@ -145,3 +145,21 @@ func doneRecord() *batchRecord {
 	close(r.done)
 	return r
 }
+
+// fence applies a transaction marker of (pid, epoch): a marker of an epoch
+// older than the producer's is refused (the coordinator that wrote it was
+// deposed); a newer one moves the producer to it, so batches of older
+// epochs are fenced from now on (Kafka's appendEndTxnMarker).
+func (ps *producers) fence(pid int64, epoch int16, now time.Time) error {
+	st := ps.m[pid]
+	switch {
+	case st == nil:
+		ps.m[pid] = &producerState{epoch: epoch, lastAppend: now}
+		ps.peak = max(ps.peak, len(ps.m))
+	case epoch < st.epoch:
+		return ErrProducerFenced
+	case epoch > st.epoch:
+		st.epoch, st.batches = epoch, nil
+	}
+	return nil
+}

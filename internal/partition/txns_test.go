@@ -1,11 +1,15 @@
 package partition
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
+	"quire/internal/kafka"
 	"slices"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -113,4 +117,73 @@ func FuzzParseControl(f *testing.F) {
 			t.Fatalf("ParseControl(ControlBatch(commit=%v)) = %v, %v", commit, got, err)
 		}
 	})
+}
+
+// txnBatchRaw is mkBatch marked transactional.
+func txnBatchRaw(pid int64, epoch int16, seq int32, n int) []byte {
+	raw := mkBatch(pid, epoch, seq, n, 1000)
+	raw[offAttributes+1] |= attrTransactional
+	putU32(raw[offCRC:], crc32.Checksum(raw[offAttributes:], castagnoli))
+	return raw
+}
+
+// A partition with transactions: transactional batches are taken only when
+// the partition is configured for them; the LSO holds at the oldest open
+// transaction; markers end transactions, fence older epochs, and the
+// aborted ones are named; a takeover rebuilds it all from the log's tail.
+func TestPartitionTransactions(t *testing.T) {
+	log := newMemLog()
+	plain := openTest(t, newMemLog(), nil, nil)
+	if r := <-plain.Append(context.Background(), txnBatchRaw(7, 0, 0, 1)); !errors.Is(r.Err, kerr.InvalidRecord) {
+		t.Fatalf("transactional batch without Transactions: %v, want INVALID_RECORD", r.Err)
+	}
+	p := openTest(t, log, nil, func(c *Config) { c.Transactions = true })
+	if r := <-p.Append(context.Background(), ControlBatch(7, 0, true, 0, 0)); !errors.Is(r.Err, kerr.InvalidRecord) {
+		t.Fatalf("a client's control batch: %v, want INVALID_RECORD", r.Err)
+	}
+	appendOK(t, p, mkBatch(-1, -1, -1, 2, 1000)) // 0..1
+	appendOK(t, p, txnBatchRaw(7, 0, 0, 3))      // 2..4, producer 7
+	appendOK(t, p, txnBatchRaw(8, 0, 0, 1))      // 5, producer 8
+	if lso := p.LastStableOffset(); lso != 2 || p.HighWatermark() != 6 {
+		t.Fatalf("LSO %d HW %d, want 2 and 6", lso, p.HighWatermark())
+	}
+	marker := func(pid int64, epoch int16, commit bool) kafka.AppendResult {
+		return <-p.AppendMarker(context.Background(), pid, epoch, commit, 1)
+	}
+	if r := marker(7, 0, false); r.Err != nil || r.BaseOffset != 6 { // abort 2..6
+		t.Fatalf("abort marker: %+v", r)
+	}
+	if lso := p.LastStableOffset(); lso != 5 {
+		t.Fatalf("LSO %d after producer 7 aborted, want 5", lso)
+	}
+	if r := marker(8, 1, true); r.Err != nil { // commit under a bumped epoch
+		t.Fatalf("commit marker: %+v", r)
+	}
+	if lso, hw := p.LastStableOffset(), p.HighWatermark(); lso != hw || hw != 8 {
+		t.Fatalf("LSO %d HW %d with nothing open, want both 8", lso, hw)
+	}
+	if r := marker(8, 0, false); !errors.Is(r.Err, kerr.InvalidProducerEpoch) {
+		t.Fatalf("a marker of an older epoch: %v, want INVALID_PRODUCER_EPOCH", r.Err)
+	}
+	if r := <-p.Append(context.Background(), txnBatchRaw(8, 0, 1, 1)); r.Err == nil {
+		t.Fatal("a batch of a fenced epoch was taken")
+	}
+	want := []kafka.AbortedTransaction{{ProducerID: 7, FirstOffset: 2}}
+	if got := p.AbortedTransactions(0, 8); !slices.Equal(got, want) {
+		t.Fatalf("aborted %v, want %v", got, want)
+	}
+	appendOK(t, p, txnBatchRaw(7, 0, 3, 1)) // 8: producer 7's next transaction
+	p.Close(context.Background())
+
+	// A new owner: the same from the tail.
+	q := openTest(t, log, nil, func(c *Config) { c.Transactions = true })
+	if lso := q.LastStableOffset(); lso != 8 {
+		t.Fatalf("LSO %d after a takeover, want 8 (producer 7 open)", lso)
+	}
+	if got := q.AbortedTransactions(0, 9); !slices.Equal(got, want) {
+		t.Fatalf("aborted after a takeover %v, want %v", got, want)
+	}
+	if r := <-q.AppendMarker(context.Background(), 8, 0, true, 1); !errors.Is(r.Err, kerr.InvalidProducerEpoch) {
+		t.Fatalf("after a takeover, a marker of a fenced epoch: %v", r.Err)
+	}
 }
