@@ -15,9 +15,12 @@ package kafka
 // tells clients sessions are not in use, and is a full response; a request
 // naming a session id gets FETCH_SESSION_ID_NOT_FOUND, one with id 0 and an
 // epoch > 0 INVALID_FETCH_SESSION_EPOCH (what Kafka answers for sessions it
-// does not have); forgotten_topics is ignored. No transactions, so
-// read_committed is read_uncommitted and last_stable_offset is the high
-// watermark; aborted_transactions is always null. current_leader_epoch and
+// does not have); forgotten_topics is ignored. A partition that stores
+// transactions (TransactionalPartition) reports its last stable offset, and
+// a read_committed fetch of it stops there and names the aborted
+// transactions it returns (null when none, where Kafka sends an empty
+// list); for other partitions last_stable_offset is the high watermark.
+// current_leader_epoch and
 // last_fetched_epoch are not checked (there is no epoch history to check
 // against; OffsetForLeaderEpoch is not advertised). Replica (follower)
 // fetches are served like a consumer's, unless the backend implements
