@@ -96,9 +96,11 @@ var cores = []corePackage{
 		shell: []string{"coordinator.go"},
 	},
 	{
-		// The transaction coordinator's core; its shell comes later.
-		dir:  "internal/kafka/txn",
-		core: []string{"coordinator.go", "doc.go", "types.go"},
+		// The transaction coordinator: the core, and its shell on the
+		// metadata store (service.go).
+		dir:   "internal/kafka/txn",
+		core:  []string{"coordinator.go", "doc.go", "types.go"},
+		shell: []string{"service.go"},
 	},
 }
 

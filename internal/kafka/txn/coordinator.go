@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -114,18 +115,41 @@ type LoadedRecord struct {
 // Prepare state get their markers sent again: their outcome was decided,
 // and perhaps answered, by the previous coordinator.
 func (c *Coordinator) Load(recs []LoadedRecord, now time.Time) {
+	c.loaded = true
+	c.Adopt(recs, now)
+}
+
+// Adopt adds stored records of ids the coordinator does not know yet (read
+// by the shell before a request for them, or found by a scan of the store)
+// and sends the markers of those in a Prepare state. Ids it knows are left
+// as they are: what it holds is at least as new.
+func (c *Coordinator) Adopt(recs []LoadedRecord, now time.Time) {
 	c.input(now)
 	defer c.check()
-	c.loaded = true
+	var adopted []*txnState
 	for _, lr := range recs {
+		id := lr.Record.TransactionalID
+		if _, known := c.txns[id]; known || lr.Version == 0 {
+			continue
+		}
 		ts := &txnState{rec: lr.Record.Clone(), version: lr.Version}
-		c.txns[lr.Record.TransactionalID] = ts
+		c.txns[id] = ts
+		adopted = append(adopted, ts)
 	}
-	for _, id := range c.ids() {
-		if ts := c.txns[id]; ts.rec.State.preparing() {
+	slices.SortFunc(adopted, func(a, b *txnState) int { return strings.Compare(a.rec.TransactionalID, b.rec.TransactionalID) })
+	for _, ts := range adopted {
+		if ts.rec.State.preparing() {
 			c.startMarkers(ts)
 		}
 	}
+}
+
+// Known reports whether the coordinator holds id (stored, or being
+// created): the shell reads the stored record of an unknown id and Adopts
+// it before passing a request for it on.
+func (c *Coordinator) Known(id string) bool {
+	_, ok := c.txns[id]
+	return ok
 }
 
 // Deposed reports whether a compare-and-swap failed since the last Load:

@@ -13,8 +13,8 @@
 // Ready as responses, record writes (compare-and-swap on a version, made
 // durable by the shell), marker operations (control batches appended to
 // partitions, groups' pending offsets committed or dropped) and producer id
-// requests. The shell that drives it over the metadata store and the
-// partitions is not written yet (issue 17).
+// requests. Service (service.go) is its shell over the metadata store; it
+// is not yet wired into the broker and the Kafka front end (issue 17).
 //
 // Deviations from Apache Kafka: the transaction log is a record per id in
 // the metadata store, not the __transaction_state topic; epochs are bumped
