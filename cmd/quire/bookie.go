@@ -85,6 +85,7 @@ type bookieOptions struct {
 	sessionTTL                                                 time.Duration
 	engine                                                     engineFlags
 	autorecovery                                               autorecoveryFlags
+	mutant                                                     string
 }
 
 func newBookieCommand() *cobra.Command {
@@ -101,6 +102,13 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 			if len(o.metaEndpoints) == 0 {
 				return fmt.Errorf("bookie: --meta-endpoints is required")
 			}
+			mutant, err := node.ParseMutant(o.mutant)
+			if err != nil {
+				return err
+			}
+			if mutant != "" {
+				slog.Warn("bookie runs deliberately broken (tests only)", "mutant", mutant)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: withScheme(o.metaEndpoints)})
@@ -111,7 +119,7 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 			n, err := node.Start(ctx, node.Config{
 				ID: o.id, DataDir: o.dataDir, JournalDir: o.journalDir, ListenAddr: o.listen, AdvertiseAddr: o.advertise,
 				Zone: o.zone, Store: store, SessionTTL: o.sessionTTL, Engine: o.engine.config(),
-				Registerer: prometheus.DefaultRegisterer, Logger: slog.Default(),
+				Registerer: prometheus.DefaultRegisterer, Logger: slog.Default(), Mutant: mutant,
 			})
 			if err != nil {
 				return err
@@ -150,6 +158,8 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 	f.StringSliceVar(&o.metaEndpoints, "meta-endpoints", nil, "etcd endpoints (host:port or URL), comma-separated")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8000", "HTTP address for /healthz and /metrics (empty: none)")
 	f.DurationVar(&o.sessionTTL, "session-ttl", 10*time.Second, "registration session TTL: a dead bookie disappears from the registry after this")
+	f.StringVar(&o.mutant, "bookie-mutant", "", "TESTS ONLY: run a deliberately broken bookie (ack-before-write), for quire chaos to catch")
+	_ = f.MarkHidden("bookie-mutant")
 	o.engine.register(cmd)
 	o.autorecovery.register(cmd)
 	return cmd

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"quire/internal/bookie/node"
 	"quire/internal/chaos"
 	"quire/internal/sim"
 )
@@ -28,6 +29,7 @@ type chaosOptions struct {
 	keep         bool
 	noIdem       bool
 	ledgerMutant string
+	bookieMutant string
 	cleanupOnly  bool
 }
 
@@ -38,9 +40,13 @@ func newChaosCommand() *cobra.Command {
 		Short: "Faults on real processes: a cluster in network namespaces, a nemesis, Kafka clients and a checker",
 		Long: `Run a cluster of real quire processes (3 etcd members, bookies in three zones,
 brokers), each in its own network namespace joined by a bridge, while a nemesis
-SIGKILLs and restarts, pauses (SIGSTOP/SIGCONT) and partitions nodes (one
-node cut off, or with split a minority side cut off from the majority) on a
-schedule drawn from --seed. Idempotent acks=all Kafka producers (franz-go)
+injects faults on a schedule drawn from --seed: SIGKILL and restart (kill),
+SIGSTOP/SIGCONT (pause), one node cut off (partition), a minority side cut off
+from the majority (split), one node cut off from the etcd members only, so a
+broker loses its session while it still reaches bookies and clients (cut-meta),
+every bookie and broker SIGKILLed at once (power), a bookie's disk filled, then
+freed (disk-full: with this kind each bookie's data dir is a small file system,
+ext4 on a loop device or tmpfs). Idempotent acks=all Kafka producers (franz-go)
 write unique values to several partitions; every operation and its outcome go
 to a history file. After the run every fault is healed, every partition is read
 back from the start, and the history is checked: acknowledged records lost,
@@ -48,11 +54,12 @@ records duplicated, per-producer order, offsets reused, and each partition's
 linearizability (porcupine).
 
 Needs root and ip netns. Everything it creates (processes, namespaces named
-qchaos-<pid>-*, temporary directories) is removed at the end, on SIGINT or
-SIGTERM, and by the next run's sweep if the harness itself was killed.
+qchaos-<pid>-*, temporary directories and the mounts in them) is removed at
+the end, on SIGINT or SIGTERM, and by the next run's sweep if the harness
+itself was killed.
 
 The last line is: chaos runs=N faults=F acked=A lost=L duplicated=D unavailable_s=U
-Not yet: --mode isr, disk-full and clock-jump faults, composed faults.`,
+Not yet: --mode isr, clock-jump faults, composed faults.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runChaos(cmd, o) },
 	}
@@ -61,7 +68,7 @@ Not yet: --mode isr, disk-full and clock-jump faults, composed faults.`,
 	f.DurationVar(&o.duration, "duration", 2*time.Minute, "how long the workload runs under faults, per run")
 	f.Int64Var(&o.seed, "seed", 0, "seed of the fault schedule (0: from the clock); run i uses seed+i")
 	f.IntVar(&o.runs, "runs", 1, "runs, each on a fresh cluster")
-	f.StringVar(&o.nemesis, "nemesis", "kill,pause,partition", "fault kinds: kill, pause, partition, split (a minority side with at most one etcd member); disk-full: not yet")
+	f.StringVar(&o.nemesis, "nemesis", "kill,pause,partition", "fault kinds: kill, pause, partition, split (a minority side with at most one etcd member), cut-meta (a node cut off from the etcd members only, both ways, 6-10s), power (every bookie and broker killed at once), disk-full (a bookie's small file system filled, then freed)")
 	f.StringSliceVar(&o.targets, "targets", []string{"meta", "bookie", "broker"}, "roles the nemesis picks victims from: meta, bookie, broker")
 	f.IntVar(&o.bookies, "bookies", 5, "bookies (4-6, zones a, b, c in turn)")
 	f.IntVar(&o.brokers, "brokers", 2, "brokers (2-3)")
@@ -69,6 +76,7 @@ Not yet: --mode isr, disk-full and clock-jump faults, composed faults.`,
 	f.IntVar(&o.producers, "producers", 3, "idempotent producers, each its own client")
 	f.IntVar(&o.rate, "rate", 50, "records per second per producer")
 	f.StringVar(&o.ledgerMutant, "ledger-mutant", "", "brokers run a deliberately broken ledger protocol (the names of quire sim ledger --mutant), which the checker must catch")
+	f.StringVar(&o.bookieMutant, "bookie-mutant", "", "bookies run deliberately broken (ack-before-write: acknowledge adds 2s before writing them), which the checker must catch")
 	f.BoolVar(&o.noIdem, "no-idempotence", false, "a broken client on purpose: producers without idempotence, whose retries write duplicates the checker must catch")
 	f.BoolVar(&o.keep, "keep", false, "keep each run's directory (history, logs, data) even when it found nothing")
 	f.BoolVar(&o.cleanupOnly, "cleanup-only", false, "remove leftovers of earlier harnesses (namespaces qchaos-*, their processes, temporary directories) and exit")
@@ -103,8 +111,11 @@ func runChaos(cmd *cobra.Command, o chaosOptions) error {
 	}
 	cfg := chaos.Config{Targets: targets, Binary: self, Mode: o.mode, Duration: o.duration, Seed: o.seed, Runs: o.runs, Nemesis: kinds,
 		Bookies: o.bookies, Brokers: o.brokers, Partitions: o.partitions, Producers: o.producers, Rate: o.rate,
-		NoIdempotence: o.noIdem, LedgerMutant: o.ledgerMutant, Keep: o.keep, Out: out}
+		NoIdempotence: o.noIdem, LedgerMutant: o.ledgerMutant, BookieMutant: o.bookieMutant, Keep: o.keep, Out: out}
 	if _, err := sim.ParseMutant(o.ledgerMutant); err != nil {
+		return err
+	}
+	if _, err := node.ParseMutant(o.bookieMutant); err != nil {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {

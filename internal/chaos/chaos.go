@@ -54,6 +54,9 @@ type Config struct {
 	// protocol (quire broker --ledger-mutant; the names of quire sim ledger
 	// --mutant): the harness must catch what it breaks.
 	LedgerMutant string
+	// BookieMutant runs the bookies deliberately broken (quire bookie
+	// --bookie-mutant, e.g. ack-before-write): the harness must catch it.
+	BookieMutant string
 
 	// Keep keeps each run's directory (history, node logs, data) even
 	// when the run found nothing.
@@ -239,7 +242,8 @@ func runOnce(ctx context.Context, cfg Config, index int, seed int64) (r RunResul
 			logf("cleanup: %v", err)
 		}
 	}()
-	cl := newCluster(cfg.Binary, cfg.Env, nw, filepath.Join(dir, "nodes"), clusterShape{bookies: cfg.Bookies, brokers: cfg.Brokers, ledgerMutant: cfg.LedgerMutant}, logf)
+	cl := newCluster(cfg.Binary, cfg.Env, nw, filepath.Join(dir, "nodes"), clusterShape{bookies: cfg.Bookies, brokers: cfg.Brokers,
+		ledgerMutant: cfg.LedgerMutant, bookieMutant: cfg.BookieMutant, smallDisks: containsKind(cfg.Nemesis, FaultDiskFull)}, logf)
 	defer func() {
 		// Stacks for whoever reads a run that found something.
 		cl.stop(ctx.Err() == nil && (keep || r.Stalled || r.Err != nil || !r.Check.Valid()))
@@ -373,14 +377,27 @@ func (c Config) Replay(seed int64) string {
 	if c.LedgerMutant != "" {
 		line += " --ledger-mutant " + c.LedgerMutant
 	}
+	if c.BookieMutant != "" {
+		line += " --bookie-mutant " + c.BookieMutant
+	}
 	return line
 }
 
-// removeData deletes the nodes' data directories, keeping logs and history.
+func containsKind(kinds []FaultKind, k FaultKind) bool {
+	for _, x := range kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// removeData deletes the nodes' data directories and small disks' images,
+// keeping logs and history.
 func removeData(dir string) {
 	entries, _ := os.ReadDir(filepath.Join(dir, "nodes"))
 	for _, e := range entries {
-		if e.IsDir() {
+		if e.IsDir() || strings.HasSuffix(e.Name(), ".img") {
 			os.RemoveAll(filepath.Join(dir, "nodes", e.Name()))
 		}
 	}

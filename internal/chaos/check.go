@@ -53,7 +53,7 @@ func (r Result) Valid() bool {
 		return false
 	}
 	for _, v := range r.Linearizable {
-		if v == linearizableIllegal {
+		if v == linearizableIllegal || v == linearizableIllegalDirect {
 			return false
 		}
 	}

@@ -129,7 +129,7 @@ func TestCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Check(tc.history.events)
 			got := counts{r.Lost, r.Duplicated, r.Reordered, r.OffsetConflicts, r.FailedPresent, r.Phantoms,
-				r.Linearizable[0] == linearizableIllegal}
+				r.Linearizable[0] == linearizableIllegal || r.Linearizable[0] == linearizableIllegalDirect}
 			if got != tc.want {
 				t.Fatalf("got %+v, want %+v\nlinearizable: %v\nexamples:\n%s", got, tc.want, r.Linearizable, strings.Join(r.Examples, "\n"))
 			}

@@ -63,6 +63,9 @@ type cluster struct {
 	logf   func(format string, args ...any)
 	http   *http.Client
 
+	smallDisks bool
+	mounts     []string // small file systems mounted, unmounted by stop
+
 	mu      sync.Mutex
 	closing bool
 }
@@ -71,10 +74,14 @@ type cluster struct {
 type clusterShape struct {
 	bookies, brokers int
 	ledgerMutant     string // passed to the brokers ("": none)
+	bookieMutant     string // passed to the bookies ("": none)
+	// smallDisks mounts a small file system under each bookie's data dir
+	// (disk.go), for disk-full faults.
+	smallDisks bool
 }
 
 func newCluster(binary string, env []string, nw *network, dir string, shape clusterShape, logf func(string, ...any)) *cluster {
-	c := &cluster{binary: binary, env: env, net: nw, dir: dir, logf: logf,
+	c := &cluster{binary: binary, env: env, net: nw, dir: dir, logf: logf, smallDisks: shape.smallDisks,
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: nw.DialContext, DisableKeepAlives: true}}}
 	zones := []string{"a", "b", "c"}
 	var initial []string
@@ -97,6 +104,9 @@ func newCluster(binary string, env []string, nw *network, dir string, shape clus
 			"--http-addr", n.ip + ":" + bookieHTTPPort, "--meta-endpoints", endpoints, "--zone", n.zone,
 			"--session-ttl", sessionTTL, "--write-cache-mb", "8", "--read-cache-mb", "4", "--journal-file-mb", "8",
 			"--disk-reserve-mb", "0", "--disk-usage-high", "0.99", "--disk-usage-low", "0.98", "--disk-usage-warn", "0.97"}
+		if shape.bookieMutant != "" {
+			n.args = append(n.args, "--bookie-mutant", shape.bookieMutant)
+		}
 	}
 	for i := 1; i <= shape.brokers; i++ {
 		n := c.add(fmt.Sprintf("broker%d", i), RoleBroker, fmt.Sprintf("%s%d", subnet, 30+i), zones[(i-1)%3])
@@ -142,6 +152,14 @@ func (c *cluster) start(ctx context.Context) error {
 	for _, n := range c.nodes {
 		if err := c.net.addNode(ctx, n.name, n.ip); err != nil {
 			return err
+		}
+		if n.role == RoleBookie && c.smallDisks {
+			kind, err := mountSmallDisk(n.dir, n.dir+".img")
+			if err != nil {
+				return err
+			}
+			c.mounts = append(c.mounts, n.dir)
+			c.logf("%s: data dir on %d MB of %s", n.name, smallDiskMB, kind)
 		}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return err
@@ -232,6 +250,81 @@ func (c *cluster) kill(n *node) {
 
 func (c *cluster) restart(n *node) error { return c.spawn(n) }
 
+// roles lists the nodes of the given roles, in the cluster's order.
+func (c *cluster) roles(roles ...Role) []*node {
+	var out []*node
+	for _, n := range c.nodes {
+		if containsRole(roles, n.role) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// killAll SIGKILLs nodes at the same instant (every signal is sent before
+// any exit is awaited) and waits for them all to end; restartAll brings
+// them back in the cluster's order (bookies before brokers).
+func (c *cluster) killAll(nodes []*node) {
+	var exits []chan struct{}
+	for _, n := range nodes {
+		n.mu.Lock()
+		n.killing = true
+		proc, exited := n.proc, n.exited
+		n.mu.Unlock()
+		if proc != nil {
+			proc.Signal(syscall.SIGKILL)
+			exits = append(exits, exited)
+		}
+	}
+	for _, exited := range exits {
+		<-exited
+	}
+}
+
+func (c *cluster) restartAll(nodes []*node) error {
+	var firstErr error
+	for _, n := range nodes {
+		if err := c.spawn(n); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// cutMeta cuts n off from the etcd members other than itself, both ways,
+// with blackhole routes in their namespaces; joinMeta removes them.
+func (c *cluster) cutMeta(ctx context.Context, n *node) error {
+	for _, m := range c.roles(RoleMeta) {
+		if m == n {
+			continue
+		}
+		err := c.net.blackhole(ctx, n.name, []string{m.ip})
+		if err == nil {
+			err = c.net.blackhole(ctx, m.name, []string{n.ip})
+		}
+		if err != nil {
+			c.joinMeta(ctx, n)
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *cluster) joinMeta(ctx context.Context, n *node) error {
+	var firstErr error
+	for _, m := range c.roles(RoleMeta) {
+		if m == n {
+			continue
+		}
+		for _, err := range []error{c.net.unblackhole(ctx, n.name, []string{m.ip}), c.net.unblackhole(ctx, m.name, []string{n.ip})} {
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
+}
+
 // pause and resume send SIGSTOP and SIGCONT.
 func (c *cluster) pause(n *node) error  { return c.signal(n, syscall.SIGSTOP, true) }
 func (c *cluster) resume(n *node) error { return c.signal(n, syscall.SIGCONT, false) }
@@ -311,7 +404,8 @@ func containsRole(roles []Role, r Role) bool {
 	return false
 }
 
-// stop kills every node (waking paused ones) and waits for them to end.
+// stop kills every node (waking paused ones), waits for them to end and
+// unmounts their small file systems.
 // With dump, each gets SIGQUIT first, so that its log ends with the stacks
 // of all its goroutines (Go's default), for a run that found something.
 func (c *cluster) stop(dump bool) {
@@ -341,6 +435,28 @@ func (c *cluster) stop(dump bool) {
 			c.logf("%s did not exit 10s after SIGKILL", n.name)
 		}
 	}
+	c.unmountAll()
+}
+
+// hasSmallDisk reports whether n's data dir is a small file system the
+// harness mounted.
+func (c *cluster) hasSmallDisk(n *node) bool {
+	for _, m := range c.mounts {
+		if m == n.dir {
+			return true
+		}
+	}
+	return false
+}
+
+// unmountAll unmounts the small file systems (the processes are gone).
+func (c *cluster) unmountAll() {
+	for _, m := range c.mounts {
+		if err := unmountSmallDisk(m); err != nil {
+			c.logf("cleanup: %v", err)
+		}
+	}
+	c.mounts = nil
 }
 
 // selfRestarts is how many times nodes ended by themselves and were

@@ -26,17 +26,40 @@ const (
 	// and a few bookies and brokers) keeps talking among itself but not to
 	// the majority, which the harness's clients are on.
 	FaultSplit FaultKind = "split"
+	// FaultCutMeta cuts one node off from the etcd members (from the other
+	// members, for a member) and from nothing else: blackhole routes in its
+	// namespace drop its packets to them, and routes in theirs drop their
+	// packets to it (one way would let the watch that tells a broker its
+	// bundle is gone still arrive). A broker cut off this way loses its
+	// session while it keeps serving producers and writing to the bookies
+	// until its own lease deadline passes (clientv3 checks once a second):
+	// the zombie writer that ledger fencing must stop. Its duration is
+	// always longer than the session TTL and a takeover (cutMetaMin).
+	FaultCutMeta FaultKind = "cut-meta"
+	// FaultPower SIGKILLs every bookie and every broker at the same
+	// instant (a power loss of the storage tier; the etcd members keep
+	// running) and restarts them after the duration. What a bookie
+	// acknowledged is on disk, so nothing acknowledged may be lost; a
+	// bookie that acknowledges before writing loses it on every replica.
+	FaultPower FaultKind = "power"
+	// FaultDiskFull fills a bookie's file system (a small one the harness
+	// mounted under its data dir when the run's nemesis has this kind) and
+	// frees it after the duration: the bookie must turn read-only, or fail
+	// its adds, without losing what it acknowledged.
+	FaultDiskFull FaultKind = "disk-full"
 )
 
 // FaultKinds are the kinds implemented, in the order --nemesis lists them.
-var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit}
+var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit, FaultCutMeta, FaultPower, FaultDiskFull}
+
+// powerTarget is the Target of a FaultPower.
+const powerTarget = "bookies+brokers"
 
 // DefaultFaultKinds are the kinds a run uses unless told otherwise.
 var DefaultFaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition}
 
 // notYetFaults are kinds issue 16 asks for that this harness lacks.
 var notYetFaults = map[string]string{
-	"disk-full":  "not yet: a size-limited file system per data dir",
 	"clock":      "not yet: clock jumps",
 	"clock-jump": "not yet: clock jumps",
 }
@@ -60,7 +83,7 @@ func ParseNemesis(list string) ([]FaultKind, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("--nemesis %q: want some of kill, pause, partition, split", word)
+			return nil, fmt.Errorf("--nemesis %q: want some of kill, pause, partition, split, cut-meta, power, disk-full", word)
 		}
 	}
 	if len(kinds) == 0 {
@@ -96,6 +119,9 @@ const (
 	// scheduleTail leaves time after the last fault before the workload
 	// stops.
 	scheduleTail = 3 * time.Second
+	// cutMetaMin: a cut from etcd lasts past the session TTL (4s) and a
+	// takeover, or it makes no zombie.
+	cutMetaMin = 6 * time.Second
 )
 
 // Schedule draws the faults of a run of the given duration from seed: the
@@ -114,8 +140,27 @@ func Schedule(seed int64, duration time.Duration, kinds []FaultKind, targets []s
 	for {
 		start := at + between(gapMin, gapMax)
 		f := Fault{At: start, Kind: kinds[rng.IntN(len(kinds))], Target: targets[rng.IntN(len(targets))], For: between(faultMin, faultMax)}
-		if f.Kind == FaultSplit {
+		switch f.Kind {
+		case FaultSplit:
 			f.Target = strings.Join(minority(rng, targets), "+")
+		case FaultCutMeta:
+			// The same draws as every other kind (so adding this kind kept
+			// the schedules of the others), mapped into [cutMetaMin, faultMax].
+			f.For = cutMetaMin + time.Duration(float64(f.For-faultMin)*float64(faultMax-cutMetaMin)/float64(faultMax-faultMin))
+		case FaultPower:
+			f.Target = powerTarget
+		case FaultDiskFull:
+			// Only bookies have a disk the harness can fill (a draw only
+			// schedules with this kind make).
+			var bookies []string
+			for _, t := range targets {
+				if strings.HasPrefix(t, string(RoleBookie)) {
+					bookies = append(bookies, t)
+				}
+			}
+			if len(bookies) > 0 {
+				f.Target = bookies[rng.IntN(len(bookies))]
+			}
 		}
 		if start+f.For > duration-scheduleTail {
 			return faults
@@ -204,12 +249,17 @@ func (m *nemesis) run(ctx context.Context, start time.Time, faults []Fault) []Fa
 
 // inject starts f and returns what heals it.
 func (m *nemesis) inject(ctx context.Context, f Fault) (func(context.Context) error, error) {
-	if f.Kind == FaultSplit {
+	switch f.Kind {
+	case FaultSplit:
 		side := strings.Split(f.Target, "+")
 		if err := m.cluster.net.split(ctx, side); err != nil {
 			return nil, err
 		}
 		return func(ctx context.Context) error { return m.cluster.net.join(ctx, side) }, nil
+	case FaultPower:
+		victims := m.cluster.roles(RoleBookie, RoleBroker)
+		m.cluster.killAll(victims)
+		return func(context.Context) error { return m.cluster.restartAll(victims) }, nil
 	}
 	n := m.cluster.node(f.Target)
 	if n == nil {
@@ -229,6 +279,20 @@ func (m *nemesis) inject(ctx context.Context, f Fault) (func(context.Context) er
 			return nil, err
 		}
 		return func(ctx context.Context) error { return m.cluster.net.connect(ctx, n.name) }, nil
+	case FaultDiskFull:
+		if !m.cluster.hasSmallDisk(n) {
+			return nil, fmt.Errorf("%s has no small disk to fill (only bookies do, in runs whose nemesis has disk-full)", n.name)
+		}
+		if err := fillDisk(n.dir); err != nil {
+			emptyDisk(n.dir)
+			return nil, err
+		}
+		return func(context.Context) error { return emptyDisk(n.dir) }, nil
+	case FaultCutMeta:
+		if err := m.cluster.cutMeta(ctx, n); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return m.cluster.joinMeta(ctx, n) }, nil
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", f.Kind)
 }

@@ -47,8 +47,8 @@ func TestParseNemesis(t *testing.T) {
 			t.Fatalf("%q accepted", bad)
 		}
 	}
-	if _, err := ParseNemesis("kill,disk-full"); err == nil || !strings.Contains(err.Error(), "not yet") {
-		t.Fatalf("disk-full: %v", err)
+	if _, err := ParseNemesis("kill,clock"); err == nil || !strings.Contains(err.Error(), "not yet") {
+		t.Fatalf("clock: %v", err)
 	}
 }
 
@@ -95,5 +95,29 @@ func TestSplitKeepsEtcdQuorum(t *testing.T) {
 	}
 	if splits == 0 {
 		t.Fatal("no splits scheduled")
+	}
+}
+
+// TestScheduleCutMetaOutlastsSession: every cut from etcd lasts past the
+// session TTL and a takeover, and a power loss takes every bookie and
+// broker.
+func TestScheduleCutMetaOutlastsSession(t *testing.T) {
+	targets := []string{"bookie1", "broker1", "broker2"}
+	cuts := 0
+	for _, f := range Schedule(3, 10*time.Minute, []FaultKind{FaultCutMeta, FaultPower}, targets) {
+		switch f.Kind {
+		case FaultCutMeta:
+			cuts++
+			if f.For < cutMetaMin || f.For > faultMax {
+				t.Fatalf("%v: want %v to %v", f, cutMetaMin, faultMax)
+			}
+		case FaultPower:
+			if f.Target != powerTarget {
+				t.Fatalf("%v: want target %s", f, powerTarget)
+			}
+		}
+	}
+	if cuts == 0 {
+		t.Fatal("10 minutes without a cut-meta fault")
 	}
 }

@@ -120,6 +120,32 @@ func (n *network) join(ctx context.Context, nodes []string) error {
 	return firstErr
 }
 
+// blackhole drops node's packets to ips (one way: theirs still arrive) with
+// blackhole routes in node's own namespace, more specific than the
+// subnet's; established connections lose their packets too (the route
+// change invalidates their cached route). unblackhole removes them, and
+// is quiet about routes already gone.
+func (n *network) blackhole(ctx context.Context, node string, ips []string) error {
+	for _, ip := range ips {
+		if err := ipCommand(ctx, "-n", n.namespace(node), "route", "add", "blackhole", ip+"/32"); err != nil {
+			n.unblackhole(ctx, node, ips)
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *network) unblackhole(ctx context.Context, node string, ips []string) error {
+	var firstErr error
+	for _, ip := range ips {
+		err := ipCommand(ctx, "-n", n.namespace(node), "route", "del", "blackhole", ip+"/32")
+		if err != nil && !strings.Contains(err.Error(), "No such process") && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
 // command returns a command that runs bin inside node's namespace. ip
 // netns exec replaces itself with bin, so the pid is bin's own. Start it
 // with startProcess.
@@ -265,6 +291,22 @@ func Sweep(all bool) ([]string, error) {
 			firstErr = err
 		}
 		removed = append(removed, "netns "+fields[0])
+	}
+	// Mounts first (a disk-full run's small file systems), so that removing
+	// a directory never reaches into a file system still mounted there.
+	mounts, err := harnessMounts()
+	if err != nil && firstErr == nil {
+		firstErr = err
+	}
+	for _, m := range mounts {
+		rel, err := filepath.Rel(os.TempDir(), m)
+		if err != nil || !stale(strings.Split(rel, string(filepath.Separator))[0]) {
+			continue
+		}
+		if err := unmountSmallDisk(m); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		removed = append(removed, "mount "+m)
 	}
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), namePrefix+"*"))
 	for _, d := range dirs {

@@ -45,6 +45,8 @@ type Config struct {
 	Engine     *bookie.Config
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Mutant breaks the bookie on purpose (mutant.go); "" in production.
+	Mutant Mutant
 }
 
 // Node is a running bookie.
@@ -56,6 +58,8 @@ type Node struct {
 	session meta.Session
 	reg     *registry.Registration
 	log     *slog.Logger
+	// stopMutant stops Config.Mutant's goroutine (a no-op without one).
+	stopMutant func()
 
 	serveErr chan error
 	mu       sync.Mutex
@@ -115,7 +119,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ln.Close()
 		return nil, err
 	}
-	n.server = server.New(server.Config{Logger: n.log, Registerer: reg, StatusOf: statusOf}, engineAdapter{n.engine})
+	var engine server.Engine
+	engine, n.stopMutant = withMutant(cfg.Mutant, engineAdapter{n.engine})
+	n.server = server.New(server.Config{Logger: n.log, Registerer: reg, StatusOf: statusOf}, engine)
 	go func() { n.serveErr <- n.server.Serve(ln) }()
 
 	if cfg.Store != nil {
@@ -286,6 +292,7 @@ func (n *Node) Close() error {
 		session.Close()
 	}
 	n.server.Close()
+	n.stopMutant()
 	return n.engine.Close()
 }
 
