@@ -51,7 +51,8 @@ func newAdminCommand() *cobra.Command {
   quire admin topics        a namespace's Kafka topics; Pulsar topics' stats,
                             internal-stats, partitioned-stats, subscriptions, skip,
                             reset-cursor and expire-messages (through a broker's
-                            admin REST API, --admin-url)`,
+                            admin REST API, --admin-url)
+  quire admin users         SASL users (SCRAM credentials): list, set, delete`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
@@ -60,7 +61,7 @@ func newAdminCommand() *cobra.Command {
 	topics := newAdminTopicsCommand(&o)
 	addPulsarTopicVerbs(&o, topics) // admin_pulsar.go
 	cmd.AddCommand(newAdminBookiesCommand(&o), newAdminAutorecoveryCommand(&o),
-		newAdminTenantsCommand(&o), newAdminNamespacesCommand(&o), topics)
+		newAdminTenantsCommand(&o), newAdminNamespacesCommand(&o), topics, newAdminUsersCommand(&o))
 	return cmd
 }
 

@@ -34,6 +34,7 @@ type brokerFlags struct {
 	pulsarAddr        string
 	ledgerMutant      string
 	kafkaTLS          tlsconf.Files
+	kafkaSASL         saslFlags
 	pulsarAdvertised  string
 	zone              string
 	namespace         string
@@ -72,6 +73,7 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.kafkaTLS.Cert, "kafka-tls-cert", "", "PEM certificate: the Kafka listener speaks TLS, Kafka's SSL (reloaded when the file changes; quire certs makes test ones)")
 	f.StringVar(&b.kafkaTLS.Key, "kafka-tls-key", "", "PEM private key of --kafka-tls-cert")
 	f.StringVar(&b.kafkaTLS.ClientCA, "kafka-tls-client-ca", "", "PEM CA certificates: the Kafka listener requires client certificates signed by them (mutual TLS, ssl.client.auth=required)")
+	b.kafkaSASL.register(f)
 }
 
 // listen listens on addr, with TLS when files says so.
@@ -95,10 +97,15 @@ func listen(what, addr string, files tlsconf.Files) (net.Listener, error) {
 
 // start listens and starts a broker on store.
 func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr string, log *slog.Logger) (*broker.Broker, func(), error) {
+	security, err := b.kafkaSASL.security(ctx, store, log)
+	if err != nil {
+		return nil, nil, err
+	}
 	ln, err := listen("kafka", b.kafkaAddr, b.kafkaTLS)
 	if err != nil {
 		return nil, nil, err
 	}
+	ln = &kafka.Listener{Listener: ln, Security: security}
 	var pulsarLn net.Listener
 	if b.pulsarAddr != "" {
 		if pulsarLn, err = listen("pulsar", b.pulsarAddr, tlsconf.Files{}); err != nil {

@@ -9,9 +9,13 @@ package kafka
 // could not serve without down-conversion anyway. The group APIs are
 // advertised only when the Backend has a GroupCoordinator.
 //
+// SaslHandshake and SaslAuthenticate are advertised only on a listener with
+// SASL (sasl.go), DescribeUserScramCredentials and AlterUserScramCredentials
+// only where the listener has a credential store (scram_credentials.go).
+//
 // Not advertised (the connection closes if a client sends them anyway, as
 // Kafka does for an API it does not know): transactions (AddPartitionsToTxn,
-// EndTxn, …), SASL, ACLs, quotas, delegation tokens, DeleteRecords,
+// EndTxn, …), ACLs, quotas, delegation tokens, DeleteRecords,
 // OffsetForLeaderEpoch, the legacy AlterConfigs, the KIP-848 consumer group
 // and share group APIs, and everything broker-to-broker or KRaft.
 //
@@ -32,8 +36,11 @@ type apiSpec struct {
 	key      kmsg.Key
 	min, max int16
 	// group APIs are served only when the Backend has a GroupCoordinator.
-	group   bool
-	handler handler
+	group bool
+	// sasl APIs only on SASL listeners (their handling is saslGate's);
+	// credentials APIs only where the listener has a credential store.
+	sasl, credentials bool
+	handler           handler
 }
 
 // apis is every API served. A max below kmsg's says why in the API's file.
@@ -61,6 +68,10 @@ var apis = []apiSpec{
 	{key: kmsg.IncrementalAlterConfigs, min: 0, max: 1, handler: handleIncrementalAlterConfigs},
 	{key: kmsg.OffsetDelete, min: 0, max: 0, group: true, handler: handleOffsetDelete},
 	{key: kmsg.DescribeCluster, min: 0, max: 2, handler: handleDescribeCluster},
+	{key: kmsg.SASLHandshake, min: 0, max: 1, sasl: true},
+	{key: kmsg.SASLAuthenticate, min: 0, max: 2, sasl: true},
+	{key: kmsg.DescribeUserSCRAMCredentials, min: 0, max: 0, credentials: true, handler: handleDescribeUserSCRAMCredentials},
+	{key: kmsg.AlterUserSCRAMCredentials, min: 0, max: 0, credentials: true, handler: handleAlterUserSCRAMCredentials},
 }
 
 // handlers is apis by key.
@@ -72,15 +83,15 @@ var handlers = func() [kmsg.MaxKey + 1]handler {
 	return hs
 }()
 
-// supportedVersions is the table a server advertises; unserved keys have
-// max −1.
-func supportedVersions(withGroups bool) [kmsg.MaxKey + 1]versionRange {
+// supportedVersions is the table a listener with sec (nil: none)
+// advertises; unserved keys have max −1.
+func supportedVersions(withGroups bool, sec *Security) [kmsg.MaxKey + 1]versionRange {
 	var vs [kmsg.MaxKey + 1]versionRange
 	for i := range vs {
 		vs[i] = versionRange{min: 0, max: -1}
 	}
 	for _, a := range apis {
-		if a.group && !withGroups {
+		if a.group && !withGroups || a.sasl && !sec.SASL() || a.credentials && (sec == nil || sec.Credentials == nil) {
 			continue
 		}
 		vs[a.key] = versionRange{min: a.min, max: min(a.max, kmsg.RequestForKey(int16(a.key)).MaxVersion())}
@@ -88,23 +99,16 @@ func supportedVersions(withGroups bool) [kmsg.MaxKey + 1]versionRange {
 	return vs
 }
 
-func (s *Server) versionRange(key int16) versionRange {
-	if key < 0 || int(key) >= len(s.versions) {
-		return versionRange{min: 0, max: -1}
-	}
-	return s.versions[key]
-}
-
 func handleApiVersions(s *Server, _ context.Context, rq *request) finishFunc {
-	resp := s.apiVersionsResponse(rq.version, 0)
+	resp := s.apiVersionsResponse(rq.conn.versions, rq.version, 0)
 	return func(context.Context) kmsg.Response { return resp }
 }
 
-func (s *Server) apiVersionsResponse(version, errorCode int16) *kmsg.ApiVersionsResponse {
+func (s *Server) apiVersionsResponse(versions *[kmsg.MaxKey + 1]versionRange, version, errorCode int16) *kmsg.ApiVersionsResponse {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.Version = version
 	resp.ErrorCode = errorCode
-	for key, vr := range s.versions {
+	for key, vr := range versions {
 		if vr.max < 0 {
 			continue
 		}

@@ -34,6 +34,13 @@ type cluster struct {
 
 func newCluster(t *testing.T, tweak ...func(*kafka.Config)) *cluster {
 	t.Helper()
+	return newClusterOn(t, nil, tweak...)
+}
+
+// newClusterOn is newCluster with the listener wrapped by wrap (TLS, a
+// *kafka.Listener with security); nil wraps nothing.
+func newClusterOn(t *testing.T, wrap func(net.Listener) net.Listener, tweak ...func(*kafka.Config)) *cluster {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +65,10 @@ func newCluster(t *testing.T, tweak ...func(*kafka.Config)) *cluster {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
+	addr := ln.Addr().String()
+	if wrap != nil {
+		ln = wrap(ln)
+	}
 	go func() { served <- server.Serve(ln) }()
 	t.Cleanup(func() {
 		server.Close()
@@ -65,7 +76,7 @@ func newCluster(t *testing.T, tweak ...func(*kafka.Config)) *cluster {
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)
 		}
 	})
-	return &cluster{t: t, backend: backend, server: server, addr: ln.Addr().String(), reg: reg}
+	return &cluster{t: t, backend: backend, server: server, addr: addr, reg: reg}
 }
 
 type testWriter struct{ t *testing.T }

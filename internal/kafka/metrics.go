@@ -19,6 +19,7 @@ type metrics struct {
 	unsupported         prometheus.Counter
 	queuedBytes         prometheus.Gauge
 	readsPaused         *prometheus.CounterVec // budget
+	authentications     *prometheus.CounterVec // mechanism, outcome
 
 	errorNamesMu sync.Mutex
 	errorNames   map[int16]string
@@ -45,7 +46,7 @@ func newMetrics() *metrics {
 		}),
 		connectionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "quire", Subsystem: "kafka", Name: "connections_closed_on_error_total",
-			Help: "Connections the server closed because of what the client sent (frame_size, bad_request) or a bug (handler_panic).",
+			Help: "Connections the server closed because of what the client sent (frame_size, bad_request), SASL (sasl_state, sasl_mechanism, sasl_failed, sasl_session_expired, sasl_unavailable: the credentials could not be read) or a bug (handler_panic).",
 		}, []string{"reason"}),
 		unsupported: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "quire", Subsystem: "kafka", Name: "unsupported_requests_total",
@@ -59,12 +60,16 @@ func newMetrics() *metrics {
 			Namespace: "quire", Subsystem: "kafka", Name: "reads_paused_total",
 			Help: "Times a connection stopped reading because a request-bytes budget was full (budget: connection or server).",
 		}, []string{"budget"}),
+		authentications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "quire", Subsystem: "kafka", Name: "sasl_authentications_total",
+			Help: "SASL authentications by mechanism and outcome: authenticated, reauthenticated (KIP-368, on a live connection), failed (bad credentials).",
+		}, []string{"mechanism", "outcome"}),
 		errorNames: make(map[int16]string),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.connectionsRejected, m.connectionsClosed, m.unsupported, m.queuedBytes, m.readsPaused} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.connectionsRejected, m.connectionsClosed, m.unsupported, m.queuedBytes, m.readsPaused, m.authentications} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -77,6 +82,10 @@ func (m *metrics) request(api string, code int16, took time.Duration) {
 	if took > 0 {
 		m.latency.WithLabelValues(api).Observe(took.Seconds())
 	}
+}
+
+func (m *metrics) authenticated(mechanism, outcome string) {
+	m.authentications.WithLabelValues(mechanism, outcome).Inc()
 }
 
 func (m *metrics) closed(reason string) { m.connectionsClosed.WithLabelValues(reason).Inc() }

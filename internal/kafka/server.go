@@ -21,6 +21,11 @@
 // no room waits before reading the frame — the socket is simply not read,
 // so TCP pushes back on the client — and that wait is a normal state,
 // counted in a metric, never an error.
+//
+// Who may talk is a listener's business: Serve on a *Listener applies its
+// Security (sasl.go: SASL before anything else, re-authentication); the
+// connection's reader keeps the authentication state and stamps each
+// request with its principal.
 package kafka
 
 import (
@@ -42,6 +47,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sync/semaphore"
+
+	"quire/internal/auth"
 )
 
 // Defaults for the zero values of Config's limits.
@@ -92,11 +99,14 @@ type Config struct {
 
 // Server serves the Kafka protocol from a Backend.
 type Server struct {
-	backend  Backend
-	log      *slog.Logger
-	metrics  *metrics
-	versions [kmsg.MaxKey + 1]versionRange
-	topicIDs topicIDCache
+	backend Backend
+	log     *slog.Logger
+	metrics *metrics
+	// versions is what a listener without Security advertises; a
+	// *Listener's table is made in Serve.
+	versions   [kmsg.MaxKey + 1]versionRange
+	withGroups bool
+	topicIDs   topicIDCache
 	// topicLimits caches each topic's max.message.bytes for Produce.
 	topicLimits topicLimits
 
@@ -163,7 +173,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.maxConnBytes = min(s.maxConnBytes, s.maxServerBytes)
 	s.requestBytes = semaphore.NewWeighted(s.maxServerBytes)
-	s.versions = supportedVersions(cfg.Backend.Groups() != nil)
+	s.withGroups = cfg.Backend.Groups() != nil
+	s.versions = supportedVersions(s.withGroups, nil)
 	s.metrics = newMetrics()
 	if cfg.Registerer != nil {
 		if err := s.metrics.register(cfg.Registerer); err != nil {
@@ -185,8 +196,20 @@ func (s *Server) ListenAndServe() error {
 }
 
 // Serve accepts connections on ln until Close (then it returns
-// ErrServerClosed) or until ln fails. It closes ln.
+// ErrServerClosed) or until ln fails. It closes ln. A *Listener's
+// connections get its Security (sasl.go).
 func (s *Server) Serve(ln net.Listener) error {
+	var sec *Security
+	versions := &s.versions
+	if l, ok := ln.(*Listener); ok {
+		sec = &l.Security
+		if err := sec.Validate(); err != nil {
+			ln.Close()
+			return err
+		}
+		table := supportedVersions(s.withGroups, sec)
+		versions = &table
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -223,7 +246,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("kafka: accept: %w", err)
 		}
 		backoff = 0
-		s.startConn(nc)
+		s.startConn(nc, sec, versions)
 	}
 }
 
@@ -233,7 +256,7 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-func (s *Server) startConn(nc net.Conn) {
+func (s *Server) startConn(nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 1]versionRange) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -247,7 +270,7 @@ func (s *Server) startConn(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	c := newConn(s, nc)
+	c := newConn(s, nc, sec, versions)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -311,6 +334,12 @@ type request struct {
 	// closeAfter closes the connection once the request is finished
 	// (an acks=0 produce that failed).
 	closeAfter bool
+	// conn is the connection: its listener's Security and versions, which
+	// never change (its authentication state is the reader's alone).
+	conn *connState
+	// principal is who the connection was authenticated as when the
+	// request was read; the finish phase may read it, unlike conn.sasl.
+	principal auth.Principal
 }
 
 func (rq *request) note(code int16) int16 {
@@ -330,6 +359,38 @@ type inflight struct {
 	// flexibleHeader: the response header is v1 (ends in tagged fields);
 	// ApiVersions responses always use header v0 so any client can read them.
 	flexibleHeader bool
+	// last: the reader stops after this request; the connection closes
+	// once its response is written (a failed authentication).
+	last bool
+	// isRaw: the response is raw, a size prefix and these bytes without a
+	// header (a SASL v0 token); finish is not called.
+	isRaw bool
+	raw   []byte
+}
+
+// connState is what a connection's reader knows of it and hands to each
+// request: its listener's Security and API versions, and where its
+// authentication stands. Only the reader changes it.
+type connState struct {
+	remote   string
+	sec      *Security // nil: a plain net.Listener
+	versions *[kmsg.MaxKey + 1]versionRange
+	sasl     *saslConn // nil: no SASL on this listener
+}
+
+// principal is who the connection is authenticated as.
+func (cs *connState) principal() auth.Principal {
+	if cs.sasl != nil && cs.sasl.phase == phaseComplete || cs.sasl != nil && cs.sasl.reauthenticating {
+		return cs.sasl.principal
+	}
+	return auth.Anonymous
+}
+
+func (cs *connState) versionRange(key int16) versionRange {
+	if key < 0 || int(key) >= len(cs.versions) {
+		return versionRange{min: 0, max: -1}
+	}
+	return cs.versions[key]
 }
 
 // errCloseAfter asks the writer to close the connection after a request.
@@ -344,9 +405,19 @@ func protocolErrorf(format string, args ...any) error {
 	return &protocolError{msg: fmt.Sprintf(format, args...)}
 }
 
+// closeConn closes the connection on purpose (a SASL rule), not because a
+// client sent something broken; reason labels the closed metric.
+type closeConn struct{ reason, msg string }
+
+func (e *closeConn) Error() string { return e.msg }
+
+func closeConnf(reason, format string, args ...any) error {
+	return &closeConn{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
 // submit parses one frame's header and body and runs the request's submit
 // phase. An error means the connection must close.
-func (s *Server) submit(ctx context.Context, frame []byte) (item *inflight, err error) {
+func (s *Server) submit(ctx context.Context, cs *connState, frame []byte) (item *inflight, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("panic decoding or submitting a request", "panic", r, "stack", string(debug.Stack()))
@@ -354,25 +425,31 @@ func (s *Server) submit(ctx context.Context, frame []byte) (item *inflight, err 
 		}
 	}()
 	received := time.Now()
+	if cs.sasl != nil && cs.sasl.phase == phaseRawTokens {
+		return s.saslRawToken(ctx, cs, frame, received)
+	}
 	r := kbin.Reader{Src: frame}
 	key, version, correlationID := r.Int16(), r.Int16(), r.Int32()
 	if !r.Ok() {
 		return nil, protocolErrorf("frame of %d bytes too short for a request header", len(frame))
 	}
-	rq := &request{key: key, version: version, correlationID: correlationID}
+	rq := &request{key: key, version: version, correlationID: correlationID, conn: cs, principal: cs.principal()}
 	// Every request header we accept is v1 or v2: a nullable (never
 	// compact, even in v2) client id. Only ControlledShutdown v0 used v0,
 	// and we do not serve it.
 	rq.clientID = r.NullableString()
-	supported := s.versionRange(key)
+	supported := cs.versionRange(key)
 	if key == int16(kmsg.ApiVersions) && (version < supported.min || version > supported.max) {
+		if cs.sasl != nil && !cs.sasl.allowsApiVersions() {
+			return nil, closeConnf("sasl_state", "unexpected ApiVersions request during SASL authentication")
+		}
 		// KIP-511: an ApiVersions version we do not know gets a v0
 		// response with UNSUPPORTED_VERSION and our versions, so the
 		// client can retry with one we do. Its body (and any header tags
 		// of a newer header) is not read.
 		return &inflight{rq: rq, received: received, finish: func(context.Context) kmsg.Response {
 			rq.note(kerr.UnsupportedVersion.Code)
-			return s.apiVersionsResponse(0, kerr.UnsupportedVersion.Code)
+			return s.apiVersionsResponse(cs.versions, 0, kerr.UnsupportedVersion.Code)
 		}}, nil
 	}
 	if supported.max < 0 || version < supported.min || version > supported.max {
@@ -387,6 +464,11 @@ func (s *Server) submit(ctx context.Context, frame []byte) (item *inflight, err 
 	if err := r.Complete(); err != nil {
 		return nil, protocolErrorf("%s v%d: truncated request header", apiName(key), version)
 	}
+	if cs.sasl != nil {
+		if item, handled, err := s.saslGate(ctx, cs, rq, r.Src, received); handled {
+			return item, err
+		}
+	}
 	if err := kreq.ReadFrom(r.Src); err != nil {
 		return nil, protocolErrorf("%s v%d: decode body of %d bytes: %v", apiName(key), version, len(r.Src), err)
 	}
@@ -396,12 +478,16 @@ func (s *Server) submit(ctx context.Context, frame []byte) (item *inflight, err 
 		// versionRange advertised a key without a handler: a bug here.
 		return nil, protocolErrorf("no handler for %s", apiName(key))
 	}
-	return &inflight{
+	item = &inflight{
 		rq:             rq,
 		received:       received,
 		finish:         h(s, ctx, rq),
 		flexibleHeader: kreq.IsFlexible() && key != int16(kmsg.ApiVersions),
-	}, nil
+	}
+	if key == int16(kmsg.ApiVersions) {
+		cs.sasl.apiVersionsAnswered()
+	}
+	return item, nil
 }
 
 // complete runs a request's finish phase and appends its response frame to
@@ -416,6 +502,11 @@ func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out 
 			out, pieces, err = dst, nil, protocolErrorf("panic in finish: %v", r)
 		}
 	}()
+	if item.isRaw {
+		s.metrics.request(apiName(item.rq.key), 0, time.Since(item.received))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(item.raw)))
+		return append(dst, item.raw...), nil, nil
+	}
 	resp := item.finish(ctx)
 	s.metrics.request(apiName(item.rq.key), item.rq.errCode, time.Since(item.received))
 	if item.rq.closeAfter {
@@ -465,16 +556,23 @@ type conn struct {
 	// requestBytes is this connection's budget of request bytes.
 	requestBytes *semaphore.Weighted
 	abortOnce    sync.Once
+	// state is the reader's: security, versions, authentication.
+	state connState
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
+func newConn(s *Server, nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 1]versionRange) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
 		host = nc.RemoteAddr().String()
 	}
 	ctx = withClient(ctx, ClientInfo{Host: "/" + host}) // Kafka shows hosts as "/1.2.3.4"
+	state := connState{remote: nc.RemoteAddr().String(), sec: sec, versions: versions}
+	if sec.SASL() {
+		state.sasl = &saslConn{sec: sec}
+	}
 	return &conn{
+		state:  state,
 		s:      s,
 		nc:     nc,
 		remote: nc.RemoteAddr().String(),
@@ -562,8 +660,8 @@ func (c *conn) readLoop() {
 			return
 		}
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
-		if size < 0 || size > c.s.maxFrameBytes {
-			c.s.log.Warn("request frame size out of bounds; closing connection", "remote", c.remote, "size", size, "max", c.s.maxFrameBytes)
+		if maxFrame := c.state.sasl.maxFrame(c.s.maxFrameBytes); size < 0 || size > maxFrame {
+			c.s.log.Warn("request frame size out of bounds; closing connection", "remote", c.remote, "size", size, "max", maxFrame)
 			c.s.metrics.closed("frame_size")
 			c.abort()
 			return
@@ -579,17 +677,26 @@ func (c *conn) readLoop() {
 			c.abort()
 			return
 		}
-		item, err := c.s.submit(c.ctx, frame)
+		item, err := c.s.submit(c.ctx, &c.state, frame)
 		if err != nil {
 			c.release(held)
-			c.s.log.Warn("bad request; closing connection", "remote", c.remote, "err", err)
-			c.s.metrics.closed("bad_request")
+			var closing *closeConn
+			if errors.As(err, &closing) {
+				c.s.log.Info("closing connection", "remote", c.remote, "why", err)
+				c.s.metrics.closed(closing.reason)
+			} else {
+				c.s.log.Warn("bad request; closing connection", "remote", c.remote, "err", err)
+				c.s.metrics.closed("bad_request")
+			}
 			c.abort()
 			return
 		}
 		item.held = held
 		// The queue has as many slots as c.slots, so this never blocks.
 		c.queue <- item
+		if item.last {
+			return // the writer answers it, then the connection closes
+		}
 	}
 }
 

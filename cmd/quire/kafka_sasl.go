@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"quire/internal/auth"
+	"quire/internal/kafka"
+	"quire/internal/meta"
+)
+
+// adminPasswordEnv holds the bootstrap admin's password, so that it never
+// shows in ps as a flag value would.
+const adminPasswordEnv = "QUIRE_KAFKA_SASL_ADMIN_PASSWORD"
+
+// saslFlags configure SASL on the Kafka listener (`quire broker`, `quire
+// standalone`).
+type saslFlags struct {
+	mechanisms        []string
+	adminUser         string
+	adminPasswordFile string
+	reauth            time.Duration
+}
+
+func (s *saslFlags) register(f *pflag.FlagSet) {
+	f.StringSliceVar(&s.mechanisms, "kafka-sasl-mechanisms", nil, "SASL mechanisms the Kafka listener requires, of "+strings.Join(auth.Mechanisms, ",")+" (empty: no SASL); with --kafka-tls-* it is Kafka's SASL_SSL, without SASL_PLAINTEXT")
+	f.StringVar(&s.adminUser, "kafka-sasl-admin-user", "", "the SASL user who may add, change and delete users (kafka-configs --entity-type users); required with --kafka-sasl-mechanisms. Created at start, if it has no credentials yet, with the password in $"+adminPasswordEnv+" or --kafka-sasl-admin-password-file")
+	f.StringVar(&s.adminPasswordFile, "kafka-sasl-admin-password-file", "", "file holding the password --kafka-sasl-admin-user is created with (one line)")
+	f.DurationVar(&s.reauth, "kafka-sasl-reauth", 0, "SASL session lifetime (connections.max.reauth.ms): clients re-authenticate within it (KIP-368) or are disconnected; 0: sessions last as long as the connection")
+}
+
+// security is the Kafka listener's Security: SASL as the flags say, and
+// the user database (on store) for the SCRAM credential APIs on every
+// listener. It creates the admin user when asked to and it has no
+// credentials.
+func (s *saslFlags) security(ctx context.Context, store meta.Store, log *slog.Logger) (kafka.Security, error) {
+	creds := auth.NewCredentials(store)
+	sec := kafka.Security{Mechanisms: s.mechanisms, Credentials: creds, SessionLifetime: s.reauth}
+	if err := sec.Validate(); err != nil {
+		return kafka.Security{}, err
+	}
+	if len(s.mechanisms) == 0 {
+		if s.adminUser != "" {
+			return kafka.Security{}, errors.New("--kafka-sasl-admin-user needs --kafka-sasl-mechanisms")
+		}
+		return sec, nil
+	}
+	if s.adminUser == "" {
+		return kafka.Security{}, errors.New("--kafka-sasl-mechanisms needs --kafka-sasl-admin-user (the user who manages the others)")
+	}
+	sec.SuperUsers = []auth.Principal{auth.User(s.adminUser)}
+	password, err := s.adminPassword()
+	if err != nil {
+		return kafka.Security{}, err
+	}
+	if password == "" {
+		if _, err := creds.SCRAM(ctx, s.adminUser); err != nil {
+			return kafka.Security{}, fmt.Errorf("admin user %q: %w (give its password in $%s or --kafka-sasl-admin-password-file to create it)", s.adminUser, err, adminPasswordEnv)
+		}
+		return sec, nil
+	}
+	added, err := creds.AddIfAbsent(ctx, s.adminUser, password)
+	if err != nil {
+		return kafka.Security{}, fmt.Errorf("create admin user %q: %w", s.adminUser, err)
+	}
+	if added {
+		log.Info("created the SASL admin user", "user", s.adminUser, "mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512 (PLAIN checks against them)")
+	}
+	return sec, nil
+}
+
+// adminPassword reads the admin's password from the file flag or the
+// environment ("" when neither gives one).
+func (s *saslFlags) adminPassword() (string, error) {
+	if s.adminPasswordFile != "" {
+		data, err := os.ReadFile(s.adminPasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("--kafka-sasl-admin-password-file: %w", err)
+		}
+		password := strings.TrimRight(string(data), "\r\n")
+		if password == "" {
+			return "", fmt.Errorf("--kafka-sasl-admin-password-file %s is empty", s.adminPasswordFile)
+		}
+		return password, nil
+	}
+	return os.Getenv(adminPasswordEnv), nil
+}
