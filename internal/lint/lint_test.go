@@ -92,8 +92,8 @@ var cores = []corePackage{
 		// offsets.go is core: Group methods that take the time as an
 		// argument and return OffsetWrites for the shell to persist.
 		dir:   "internal/kafka/group",
-		core:  []string{"admin.go", "group.go", "membership.go", "offsets.go"},
-		shell: []string{"coordinator.go"},
+		core:  []string{"admin.go", "group.go", "membership.go", "offsets.go", "txnoffsets.go"},
+		shell: []string{"coordinator.go", "coordinator_txn.go"},
 	},
 	{
 		// The transaction coordinator: the core, and its shell on the

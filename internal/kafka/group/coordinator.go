@@ -319,6 +319,7 @@ func (c *Coordinator) load(ctx context.Context, e *entry) error {
 	kv, err := c.cfg.Store.Get(ctx, c.key(e.name))
 	cancel()
 	var offsets map[TopicPartition]Offset
+	var pending map[int64]map[TopicPartition]Offset
 	var protocolType string
 	switch {
 	case errors.Is(err, meta.ErrNotFound):
@@ -326,6 +327,9 @@ func (c *Coordinator) load(ctx context.Context, e *entry) error {
 		offsets = map[TopicPartition]Offset{}
 	case err == nil:
 		offsets, protocolType, err = decodeOffsets(kv.Value)
+		if err == nil {
+			pending, err = decodePending(kv.Value)
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -335,6 +339,7 @@ func (c *Coordinator) load(ctx context.Context, e *entry) error {
 		return fmt.Errorf("load group %q: %w", e.name, err)
 	}
 	e.g.LoadOffsets(offsets, protocolType)
+	e.g.LoadPending(pending)
 	e.version = kv.Version
 	e.loaded = true
 	return nil
@@ -724,6 +729,9 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *kmsg.OffsetFetchRequ
 					p.Partition, p.Offset, p.LeaderEpoch = fp.Partition, fp.Offset, fp.LeaderEpoch
 					md := fp.Metadata
 					p.Metadata = &md
+					if req.RequireStable && fp.Unstable {
+						p.ErrorCode = kerr.UnstableOffsetCommit.Code
+					}
 					t.Partitions = append(t.Partitions, p)
 				}
 				g.Topics = append(g.Topics, t)
@@ -757,6 +765,9 @@ func (c *Coordinator) OffsetFetch(ctx context.Context, req *kmsg.OffsetFetchRequ
 			md := fp.Metadata
 			p.Metadata = &md
 			p.ErrorCode = errCode(err)
+			if req.Version >= 7 && req.RequireStable && fp.Unstable && err == nil {
+				p.ErrorCode = kerr.UnstableOffsetCommit.Code
+			}
 			t.Partitions = append(t.Partitions, p)
 		}
 		resp.Topics = append(resp.Topics, t)

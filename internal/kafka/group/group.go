@@ -207,6 +207,9 @@ type Group struct {
 	subscribedKnown bool
 
 	offsets map[TopicPartition]Offset
+	// txnPending: transactional producers' offsets, pending until their
+	// transaction ends (txnoffsets.go).
+	txnPending map[int64]map[TopicPartition]Offset
 	// emptySince is when the group last became Empty (Kafka's current state
 	// timestamp, which offset expiry counts from); zero when not known
 	// (after a load), in which case each offset's commit time counts.

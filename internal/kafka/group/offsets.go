@@ -14,7 +14,8 @@ package group
 //     group became Empty only while this coordinator has seen it so; after
 //     a load it counts from each offset's commit time (Kafka's rule for
 //     groups without a state timestamp).
-//   - RequireStable is ignored: there are no transactions.
+//   - RequireStable answers UNSTABLE_OFFSET_COMMIT for partitions with a
+//     transaction's offsets pending (txnoffsets.go).
 
 import (
 	"encoding/json"
@@ -52,12 +53,21 @@ type OffsetWrite struct {
 	Delete []TopicPartition
 	// DeleteGroup removes the group with all its offsets (DeleteGroups).
 	DeleteGroup bool
+	// TxnSet holds offsets a transactional producer (TxnProducer)
+	// committed with TxnOffsetCommit: pending until its transaction ends.
+	// Resolve ends one: its pending offsets become committed or are
+	// dropped (txnoffsets.go).
+	TxnProducer int64
+	TxnSet      map[TopicPartition]Offset
+	Resolve     *TxnResolve
 
 	// commitIndexes locate the accepted partitions in the OffsetCommit
 	// response, to fail them if the write fails.
 	commitIndexes [][2]int
-	// deleteIndexes likewise for OffsetDelete.
+	// deleteIndexes likewise for OffsetDelete, txnIndexes for
+	// TxnOffsetCommit.
 	deleteIndexes [][2]int
+	txnIndexes    [][2]int
 }
 
 // ValidateCommit checks an OffsetCommit. The response carries the error of
@@ -185,6 +195,7 @@ func (g *Group) ApplyWrite(w *OffsetWrite) {
 	if len(w.Set) > 0 {
 		g.exists = true
 	}
+	g.applyTxn(w)
 	if len(w.Delete) > 0 && g.state == Empty && len(g.offsets) == 0 && len(g.members) == 0 {
 		// Kafka removes an empty group whose last offsets were deleted.
 		g.exists = false
@@ -289,6 +300,9 @@ type FetchedPartition struct {
 	Offset      int64
 	LeaderEpoch int32
 	Metadata    string
+	// Unstable: a transaction's offset for the partition is pending
+	// (require_stable fetches get UNSTABLE_OFFSET_COMMIT).
+	Unstable bool
 }
 
 // FetchedTopic is one answered topic.
@@ -308,7 +322,7 @@ func (g *Group) Fetch(topics []FetchTopic) []FetchedTopic {
 		}
 		byTopic := map[string][]FetchedPartition{}
 		for tp, o := range g.offsets {
-			byTopic[tp.Topic] = append(byTopic[tp.Topic], FetchedPartition{tp.Partition, o.Offset, o.LeaderEpoch, o.Metadata})
+			byTopic[tp.Topic] = append(byTopic[tp.Topic], FetchedPartition{tp.Partition, o.Offset, o.LeaderEpoch, o.Metadata, g.Unstable(tp)})
 		}
 		names := make([]string, 0, len(byTopic))
 		for name := range byTopic {
@@ -327,7 +341,7 @@ func (g *Group) Fetch(topics []FetchTopic) []FetchedTopic {
 	for _, t := range topics {
 		ft := FetchedTopic{Topic: t.Topic, Partitions: []FetchedPartition{}}
 		for _, p := range t.Partitions {
-			fp := FetchedPartition{Partition: p, Offset: -1, LeaderEpoch: -1}
+			fp := FetchedPartition{Partition: p, Offset: -1, LeaderEpoch: -1, Unstable: g.Unstable(TopicPartition{t.Topic, p})}
 			if o, ok := g.offsets[TopicPartition{t.Topic, p}]; ok && known {
 				fp.Offset, fp.LeaderEpoch, fp.Metadata = o.Offset, o.LeaderEpoch, o.Metadata
 			}
@@ -411,6 +425,13 @@ type storedGroup struct {
 	Format       int            `json:"format"`
 	ProtocolType string         `json:"protocolType,omitempty"`
 	Offsets      []storedOffset `json:"offsets"`
+	// Pending are transactional producers' offsets not yet committed.
+	Pending []storedPending `json:"pending,omitempty"`
+}
+
+type storedPending struct {
+	ProducerID int64          `json:"producerId"`
+	Offsets    []storedOffset `json:"offsets"`
 }
 
 type storedOffset struct {
@@ -439,25 +460,40 @@ func (g *Group) EncodeWith(w *OffsetWrite) ([]byte, error) {
 	for _, tp := range w.Delete {
 		delete(next, tp)
 	}
-	if len(next) == 0 {
+	pending := g.pendingWith(w, next)
+	if len(next) == 0 && len(pending) == 0 {
 		return nil, nil
 	}
-	return encodeOffsets(next, g.protocolType)
+	return encodeGroup(next, pending, g.protocolType)
 }
 
 func encodeOffsets(offsets map[TopicPartition]Offset, protocolType string) ([]byte, error) {
-	doc := storedGroup{Format: 1, ProtocolType: protocolType, Offsets: make([]storedOffset, 0, len(offsets))}
-	for tp, o := range offsets {
-		doc.Offsets = append(doc.Offsets, storedOffset{tp.Topic, tp.Partition, o.Offset, o.LeaderEpoch, o.Metadata, o.CommitMillis, o.ExpireMillis})
+	return encodeGroup(offsets, nil, protocolType)
+}
+
+func encodeGroup(offsets map[TopicPartition]Offset, pending map[int64]map[TopicPartition]Offset, protocolType string) ([]byte, error) {
+	doc := storedGroup{Format: 1, ProtocolType: protocolType, Offsets: storedOffsets(offsets)}
+	for pid, os := range pending {
+		doc.Pending = append(doc.Pending, storedPending{ProducerID: pid, Offsets: storedOffsets(os)})
 	}
-	sort.Slice(doc.Offsets, func(i, j int) bool {
-		a, b := doc.Offsets[i], doc.Offsets[j]
+	sort.Slice(doc.Pending, func(i, j int) bool { return doc.Pending[i].ProducerID < doc.Pending[j].ProducerID })
+	return json.Marshal(doc)
+}
+
+// storedOffsets is offsets as stored: sorted by topic and partition.
+func storedOffsets(offsets map[TopicPartition]Offset) []storedOffset {
+	out := make([]storedOffset, 0, len(offsets))
+	for tp, o := range offsets {
+		out = append(out, storedOffset{tp.Topic, tp.Partition, o.Offset, o.LeaderEpoch, o.Metadata, o.CommitMillis, o.ExpireMillis})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
 		if a.Topic != b.Topic {
 			return a.Topic < b.Topic
 		}
 		return a.Partition < b.Partition
 	})
-	return json.Marshal(doc)
+	return out
 }
 
 // decodeOffsets parses a store value.
@@ -469,13 +505,31 @@ func decodeOffsets(value []byte) (map[TopicPartition]Offset, string, error) {
 	if doc.Format != 1 {
 		return nil, "", fmt.Errorf("decode group offsets: unknown format %d", doc.Format)
 	}
-	out := make(map[TopicPartition]Offset, len(doc.Offsets))
-	for _, o := range doc.Offsets {
+	return offsetsOf(doc.Offsets), doc.ProtocolType, nil
+}
+
+// offsetsOf is stored offsets as a map.
+func offsetsOf(stored []storedOffset) map[TopicPartition]Offset {
+	out := make(map[TopicPartition]Offset, len(stored))
+	for _, o := range stored {
 		expire := o.ExpireMillis
 		if expire == 0 {
 			expire = -1
 		}
 		out[TopicPartition{o.Topic, o.Partition}] = Offset{o.Offset, o.LeaderEpoch, o.Metadata, o.CommitMillis, expire}
 	}
-	return out, doc.ProtocolType, nil
+	return out
+}
+
+// decodePending parses the pending transactional offsets of a store value.
+func decodePending(value []byte) (map[int64]map[TopicPartition]Offset, error) {
+	var doc storedGroup
+	if err := json.Unmarshal(value, &doc); err != nil {
+		return nil, fmt.Errorf("decode group offsets: %w", err)
+	}
+	out := map[int64]map[TopicPartition]Offset{}
+	for _, p := range doc.Pending {
+		out[p.ProducerID] = offsetsOf(p.Offsets)
+	}
+	return out, nil
 }
