@@ -35,8 +35,9 @@ type versionRange struct{ min, max int16 }
 type apiSpec struct {
 	key      kmsg.Key
 	min, max int16
-	// group APIs are served only when the Backend has a GroupCoordinator.
-	group bool
+	// group APIs are served only when the Backend has a GroupCoordinator,
+	// txn APIs only when it has a TransactionCoordinator.
+	group, txn bool
 	// sasl APIs only on SASL listeners (their handling is saslGate's);
 	// credentials APIs only where the listener has a credential store.
 	sasl, credentials bool
@@ -68,6 +69,14 @@ var apis = []apiSpec{
 	{key: kmsg.IncrementalAlterConfigs, min: 0, max: 1, handler: handleIncrementalAlterConfigs},
 	{key: kmsg.OffsetDelete, min: 0, max: 0, group: true, handler: handleOffsetDelete},
 	{key: kmsg.DescribeCluster, min: 0, max: 2, handler: handleDescribeCluster},
+	// Transactions (transactions.go): v4+ of AddPartitionsToTxn and EndTxn
+	// are KIP-890's, not served.
+	{key: kmsg.AddPartitionsToTxn, min: 0, max: 3, txn: true, handler: handleAddPartitionsToTxn},
+	{key: kmsg.AddOffsetsToTxn, min: 0, max: 3, txn: true, handler: handleAddOffsetsToTxn},
+	{key: kmsg.EndTxn, min: 0, max: 3, txn: true, handler: handleEndTxn},
+	{key: kmsg.TxnOffsetCommit, min: 0, max: 3, txn: true, group: true, handler: handleTxnOffsetCommit},
+	{key: kmsg.DescribeTransactions, min: 0, max: 0, txn: true, handler: handleDescribeTransactions},
+	{key: kmsg.ListTransactions, min: 0, max: 1, txn: true, handler: handleListTransactions},
 	{key: kmsg.SASLHandshake, min: 0, max: 1, sasl: true},
 	{key: kmsg.SASLAuthenticate, min: 0, max: 2, sasl: true},
 	{key: kmsg.DescribeUserSCRAMCredentials, min: 0, max: 0, credentials: true, handler: handleDescribeUserSCRAMCredentials},
@@ -85,13 +94,13 @@ var handlers = func() [kmsg.MaxKey + 1]handler {
 
 // supportedVersions is the table a listener with sec (nil: none)
 // advertises; unserved keys have max −1.
-func supportedVersions(withGroups bool, sec *Security) [kmsg.MaxKey + 1]versionRange {
+func supportedVersions(withGroups, withTxns bool, sec *Security) [kmsg.MaxKey + 1]versionRange {
 	var vs [kmsg.MaxKey + 1]versionRange
 	for i := range vs {
 		vs[i] = versionRange{min: 0, max: -1}
 	}
 	for _, a := range apis {
-		if a.group && !withGroups || a.sasl && !sec.SASL() || a.credentials && (sec == nil || sec.Credentials == nil) {
+		if a.group && !withGroups || a.txn && !withTxns || a.sasl && !sec.SASL() || a.credentials && (sec == nil || sec.Credentials == nil) {
 			continue
 		}
 		vs[a.key] = versionRange{min: a.min, max: min(a.max, kmsg.RequestForKey(int16(a.key)).MaxVersion())}

@@ -33,7 +33,7 @@ type SASLFrame struct {
 // sec, as its reader and writer would, until one closes the connection;
 // it returns what each frame that was answered saw. For the fuzz test.
 func (s *Server) ServeSASLFrames(ctx context.Context, sec *Security, frames [][]byte) []SASLFrame {
-	versions := supportedVersions(s.withGroups, sec)
+	versions := supportedVersions(s.withGroups, s.withTxns, sec)
 	cs := &connState{remote: "fuzz", sec: sec, versions: &versions, sasl: &saslConn{sec: sec}}
 	var out []SASLFrame
 	for _, frame := range frames {

@@ -131,9 +131,16 @@ func handleFindCoordinator(s *Server, _ context.Context, rq *request) finishFunc
 			c := kmsg.NewFindCoordinatorResponseCoordinator()
 			c.Key, c.NodeID, c.Port = key, -1, -1
 			var code int16
-			if req.CoordinatorType != coordinatorTypeGroup {
+			switch tc := s.transactions(); {
+			case req.CoordinatorType == coordinatorTypeTransaction && tc != nil:
+				b, err := tc.Coordinator(ctx, key)
+				code = s.errorCode(err, "find coordinator", "transactional id", key)
+				if code == 0 {
+					c.NodeID, c.Host, c.Port = b.ID, b.Host, b.Port
+				}
+			case req.CoordinatorType != coordinatorTypeGroup:
 				code = kerr.InvalidRequest.Code
-			} else {
+			default:
 				b, err := s.backend.Coordinator(ctx, key)
 				code = s.errorCode(err, "find coordinator", "group", key)
 				if code == 0 {

@@ -21,10 +21,12 @@ package kafka
 //
 // Deviations: several batches for one partition are accepted (Kafka ≥ 3
 // allows one) and appended in order; the response's base offset is the
-// first batch's. Transactional produce (a transactional id) answers
-// TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition: transactions are
-// not advertised. Batches marked transactional or control answer
-// INVALID_RECORD. Each batch must fit the topic's max.message.bytes when set
+// first batch's. Without a transaction coordinator (transactions.go),
+// transactional produce (a transactional id) answers
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition, as transactions
+// are not advertised; with one, its batches go to the partitions, which
+// take transactional batches only when they store transactions. Control
+// batches from clients answer INVALID_RECORD. Each batch must fit the topic's max.message.bytes when set
 // on the topic, else Backend.MaxMessageBytes (MESSAGE_TOO_LARGE); see
 // topic_limits.go.
 // No error_records, no current-leader hints (NOT_LEADER_OR_FOLLOWER makes
@@ -50,7 +52,7 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 
 	var requestCode int16
 	switch {
-	case req.TransactionID != nil:
+	case req.TransactionID != nil && !s.withTxns:
 		requestCode = kerr.TransactionalIDAuthorizationFailed.Code
 	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
 		requestCode = kerr.InvalidRequiredAcks.Code
@@ -91,7 +93,7 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 				if maxBytes < 0 {
 					maxBytes = s.maxMessageBytes(ctx, name)
 				}
-				batches, code = splitBatches(p.Records, maxBytes)
+				batches, code = splitBatches(p.Records, maxBytes, req.TransactionID != nil && s.withTxns)
 			}
 			if code != 0 {
 				rp.ErrorCode = rq.note(code)

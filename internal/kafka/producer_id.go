@@ -3,16 +3,17 @@ package kafka
 // InitProducerId (key 22), versions 0–5.
 //
 // A null transactional id allocates an idempotent producer id (epoch 0)
-// from Backend.InitProducerID. Deviations: a transactional id answers
-// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactions are not advertised,
-// and clients treat it as fatal instead of retrying); a v3+ request naming
+// from Backend.InitProducerID; a transactional id goes to the transaction
+// coordinator (transactions.go), or, without one, answers
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (transactions are then not
+// advertised, and clients treat it as fatal instead of retrying). Deviation:
+// an idempotent (non-transactional) v3+ request naming
 // an existing producer id and epoch (KIP-360 epoch bump) gets a new id
 // rather than a bumped epoch, which idempotent producers accept.
 
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -22,7 +23,7 @@ func handleInitProducerID(s *Server, _ context.Context, rq *request) finishFunc 
 		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 		resp.ProducerID, resp.ProducerEpoch = -1, -1
 		if req.TransactionalID != nil {
-			resp.ErrorCode = rq.note(kerr.TransactionalIDAuthorizationFailed.Code)
+			s.initTransactionalProducerID(ctx, rq, req, resp) // transactions.go
 			return resp
 		}
 		id, epoch, err := s.backend.InitProducerID(ctx)

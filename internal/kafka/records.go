@@ -26,11 +26,12 @@ var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
 // splitBatches splits a produce request's records into record batches,
 // checking each minimally: magic 2, a length that fits, the CRC, a record
-// count that matches the offset delta, not transactional or control, and
-// at most maxBytes. It returns the batches (sub-slices of records) or the
+// count that matches the offset delta, not a control batch, not
+// transactional unless transactional (a transactional id's produce to a
+// server with a transaction coordinator), and at most maxBytes. It returns the batches (sub-slices of records) or the
 // error code for the whole partition: a bad batch fails all of them, so
 // nothing of a partially bad request is appended.
-func splitBatches(records []byte, maxBytes int32) ([][]byte, int16) {
+func splitBatches(records []byte, maxBytes int32, transactional bool) ([][]byte, int16) {
 	if len(records) == 0 {
 		return nil, kerr.CorruptMessage.Code
 	}
@@ -62,7 +63,7 @@ func splitBatches(records []byte, maxBytes int32) ([][]byte, int16) {
 			return nil, kerr.CorruptMessage.Code
 		}
 		attributes := binary.BigEndian.Uint16(batch[batchAttributesOffset:])
-		if attributes&(attrTransactional|attrControl) != 0 {
+		if attributes&attrControl != 0 || attributes&attrTransactional != 0 && !transactional {
 			return nil, kerr.InvalidRecord.Code
 		}
 		lastDelta := int32(binary.BigEndian.Uint32(batch[batchLastDeltaOffset:]))

@@ -106,6 +106,7 @@ type Server struct {
 	// *Listener's table is made in Serve.
 	versions   [kmsg.MaxKey + 1]versionRange
 	withGroups bool
+	withTxns   bool // the Backend has a TransactionCoordinator
 	topicIDs   topicIDCache
 	// topicLimits caches each topic's max.message.bytes for Produce.
 	topicLimits topicLimits
@@ -174,7 +175,8 @@ func New(cfg Config) (*Server, error) {
 	s.maxConnBytes = min(s.maxConnBytes, s.maxServerBytes)
 	s.requestBytes = semaphore.NewWeighted(s.maxServerBytes)
 	s.withGroups = cfg.Backend.Groups() != nil
-	s.versions = supportedVersions(s.withGroups, nil)
+	s.withTxns = s.transactions() != nil
+	s.versions = supportedVersions(s.withGroups, s.withTxns, nil)
 	s.metrics = newMetrics()
 	if cfg.Registerer != nil {
 		if err := s.metrics.register(cfg.Registerer); err != nil {
@@ -207,7 +209,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			ln.Close()
 			return err
 		}
-		table := supportedVersions(s.withGroups, sec)
+		table := supportedVersions(s.withGroups, s.withTxns, sec)
 		versions = &table
 	}
 	s.mu.Lock()

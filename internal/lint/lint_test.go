@@ -100,7 +100,7 @@ var cores = []corePackage{
 		// metadata store (service.go).
 		dir:   "internal/kafka/txn",
 		core:  []string{"coordinator.go", "doc.go", "types.go"},
-		shell: []string{"service.go"},
+		shell: []string{"kafka.go", "service.go"},
 	},
 }
 
