@@ -95,15 +95,11 @@ func (g *Group) ValidateCommit(now time.Time, req *kmsg.OffsetCommitRequest) (*k
 	nowMillis := now.UnixMilli()
 	for ti, t := range req.Topics {
 		for pi, p := range t.Partitions {
-			metadata := ""
-			if p.Metadata != nil {
-				metadata = *p.Metadata
-			}
-			if len(metadata) > g.cfg.MaxMetadataBytes {
+			o, ok := g.newOffset(p.Offset, p.Metadata, nowMillis)
+			if !ok {
 				resp.Topics[ti].Partitions[pi].ErrorCode = kerr.OffsetMetadataTooLarge.Code
 				continue
 			}
-			o := Offset{Offset: p.Offset, LeaderEpoch: -1, Metadata: metadata, CommitMillis: nowMillis, ExpireMillis: -1}
 			if req.Version >= 6 {
 				o.LeaderEpoch = p.LeaderEpoch
 			}
@@ -121,6 +117,19 @@ func (g *Group) ValidateCommit(now time.Time, req *kmsg.OffsetCommitRequest) (*k
 		return resp, nil
 	}
 	return resp, w
+}
+
+// newOffset is a committed offset as a commit request gives it, committed
+// at nowMillis; false when its metadata is too large.
+func (g *Group) newOffset(offset int64, metadata *string, nowMillis int64) (Offset, bool) {
+	md := ""
+	if metadata != nil {
+		md = *metadata
+	}
+	if len(md) > g.cfg.MaxMetadataBytes {
+		return Offset{}, false
+	}
+	return Offset{Offset: offset, LeaderEpoch: -1, Metadata: md, CommitMillis: nowMillis, ExpireMillis: -1}, true
 }
 
 // validateCommit is Kafka's validateOffsetCommit plus the state checks.

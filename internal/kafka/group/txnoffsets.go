@@ -71,15 +71,11 @@ func (g *Group) ValidateTxnCommit(now time.Time, req *kmsg.TxnOffsetCommitReques
 	nowMillis := now.UnixMilli()
 	for ti, t := range req.Topics {
 		for pi, p := range t.Partitions {
-			metadata := ""
-			if p.Metadata != nil {
-				metadata = *p.Metadata
-			}
-			if len(metadata) > g.cfg.MaxMetadataBytes {
+			o, ok := g.newOffset(p.Offset, p.Metadata, nowMillis)
+			if !ok {
 				resp.Topics[ti].Partitions[pi].ErrorCode = kerr.OffsetMetadataTooLarge.Code
 				continue
 			}
-			o := Offset{Offset: p.Offset, LeaderEpoch: -1, Metadata: metadata, CommitMillis: nowMillis, ExpireMillis: -1}
 			if req.Version >= 2 {
 				o.LeaderEpoch = p.LeaderEpoch
 			}
