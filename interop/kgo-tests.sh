@@ -13,6 +13,12 @@
 #   KGO_NO_SKIP=1     ignore the skip file (to validate against real Kafka)
 #   KGO_LOG_LEVEL     the tests' client log level: info (default), debug, none
 #   KGO_KEEP=1        keep the work directory (the full go test log)
+#   KGO_STANDALONE    when set, the script builds quire, starts
+#                     `quire standalone $KGO_STANDALONE` itself on spare ports
+#                     (Kafka from 127.0.0.1:39392, no Pulsar listener, its data in the work
+#                     directory), runs the tests against it and stops it; e.g.
+#                     KGO_STANDALONE="--mode isr --brokers 3" KGO_TEST_RF=3
+#                     for ISR mode (the bootstrap argument is then ignored)
 #
 # The franz-go version is the one this repository's go.mod requires. Its source comes
 # from the Go module cache (go mod download) and is copied to
@@ -47,6 +53,23 @@ if [[ ${KGO_KEEP:-} == 1 ]]; then
 	echo "kgo-tests.sh: keeping $work"
 else
 	trap 'rm -rf "$work"' EXIT
+fi
+
+if [[ -n ${KGO_STANDALONE:-} ]]; then
+	go build -o "$work/quire" "$repo/cmd/quire" || { echo "kgo-tests.sh: could not build quire" >&2; exit 2; }
+	# shellcheck disable=SC2086 # the options are words
+	"$work/quire" standalone --data-dir "$work/data" --kafka-addr 127.0.0.1:39392 --http-addr 127.0.0.1:39380 \
+		--bookie-addrs 127.0.0.1:39381,127.0.0.1:39382,127.0.0.1:39383 --meta-client-addr 127.0.0.1:39379 \
+		--meta-peer-addr 127.0.0.1:39378 --pulsar-addr "" $KGO_STANDALONE >"$work/standalone.log" 2>&1 &
+	standalone_pid=$!
+	trap 'kill $standalone_pid 2>/dev/null; wait $standalone_pid 2>/dev/null; [[ ${KGO_KEEP:-} == 1 ]] || rm -rf "$work"' EXIT
+	for _ in $(seq 1 120); do
+		curl -sf 127.0.0.1:39380/readyz >/dev/null && break
+		kill -0 $standalone_pid 2>/dev/null || { echo "kgo-tests.sh: quire standalone exited" >&2; tail -20 "$work/standalone.log" >&2; exit 2; }
+		sleep 0.5
+	done
+	bootstrap=127.0.0.1:39392
+	echo "kgo-tests.sh: quire standalone $KGO_STANDALONE (log: $work/standalone.log)"
 fi
 
 # Outside any module and workspace, so that neither our go.mod nor a go.work

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"quire/internal/catalog"
+	"quire/internal/isr"
 	"quire/internal/meta"
 	"quire/internal/ownership"
 )
@@ -80,7 +83,8 @@ brokers. Policy changes apply when a topic is next loaded.
 
   quire admin namespaces public                     list public's namespaces
   quire admin namespaces policies public/default    show the policies (JSON)
-  quire admin namespaces set-persistence public/default --ensemble 3 --write-quorum 3 --ack-quorum 2`,
+  quire admin namespaces set-persistence public/default --ensemble 3 --write-quorum 3 --ack-quorum 2
+  quire admin namespaces set-replication public/default --mode isr --replication-factor 3 --min-insync-replicas 2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
@@ -113,6 +117,8 @@ brokers. Policy changes apply when a topic is next loaded.
 	var quota catalog.BacklogQuota
 	var ttl time.Duration
 	var dedup bool
+	var repl catalog.Replication
+	var replMode string
 	cmd.AddCommand(
 		&cobra.Command{Use: "create TENANT/NAMESPACE", Short: "Create a namespace with the default policies", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -156,6 +162,23 @@ brokers. Policy changes apply when a topic is next loaded.
 		update("set-deduplication", "Turn broker-side deduplication on or off", func(c *cobra.Command) {
 			c.Flags().BoolVar(&dedup, "enable", true, "deduplicate by producer and sequence")
 		}, func(p *catalog.Policies) error { p.Deduplication = dedup; return nil }),
+		update("set-replication", "Choose the architecture of the namespace's new topics: ledger (bookies) or isr (replicas on the brokers, Kafka's); existing topics keep theirs", func(c *cobra.Command) {
+			c.Flags().StringVar(&replMode, "mode", string(catalog.ModeLedger), "ledger or isr")
+			c.Flags().Int32Var(&repl.Factor, "replication-factor", 0, "isr: replicas per partition (default 3; a CreateTopics request's replication_factor overrides it)")
+			c.Flags().Int32Var(&repl.MinInSyncReplicas, "min-insync-replicas", 0, "isr: min.insync.replicas (default 2; a topic config may override it)")
+			c.Flags().BoolVar(&repl.UncleanLeaderElection, "unclean-leader-election", false, "isr: elect an out-of-sync replica when no in-sync one is left (loses records)")
+		}, func(p *catalog.Policies) error {
+			r := repl
+			r.Mode = catalog.Mode(replMode)
+			if r.Mode == catalog.ModeISR {
+				r = r.WithDefaults()
+			}
+			if err := r.Validate(); err != nil {
+				return err
+			}
+			p.Replication = r
+			return nil
+		}),
 		&cobra.Command{Use: "bundles TENANT/NAMESPACE", Short: "List the namespace's bundles and the broker that owns each", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, store meta.Store) error {
@@ -231,7 +254,7 @@ func printBundles(ctx context.Context, w io.Writer, a *catalog.Catalog, store me
 }
 
 func newAdminTopicsCommand(o *adminOptions) *cobra.Command {
-	return &cobra.Command{Use: "topics TENANT/NAMESPACE", Short: "List a namespace's Kafka topics: partitions, id, configs", Args: cobra.ExactArgs(1),
+	cmd := &cobra.Command{Use: "topics TENANT/NAMESPACE", Short: "List a namespace's Kafka topics: partitions, id, configs", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, _ meta.Store) error {
 				ts, err := a.ListTopics(ctx, args[0])
@@ -239,11 +262,74 @@ func newAdminTopicsCommand(o *adminOptions) *cobra.Command {
 					return err
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tID\tCONFIGS")
+				fmt.Fprintln(tw, "TOPIC\tMODE\tPARTITIONS\tID\tCONFIGS")
 				for _, t := range ts {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%v\n", t.Name, t.Partitions, t.ID, t.Configs)
+					mode := t.Mode
+					if mode == "" {
+						mode = catalog.ModeLedger
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\n", t.Name, mode, t.Partitions, t.ID, t.Configs)
 				}
 				return tw.Flush()
 			})
 		}}
+	cmd.AddCommand(&cobra.Command{Use: "describe TENANT/NAMESPACE TOPIC",
+		Short: "Describe a Kafka topic as kafka-topics --describe does: per partition (ISR mode) the leader, replicas, ISR, ELR, leader epoch, under-replicated",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, store meta.Store) error {
+				t, err := a.GetTopic(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				return describeTopic(ctx, cmd.OutOrStdout(), store, t)
+			})
+		}})
+	return cmd
+}
+
+// describeTopic prints a topic as kafka-topics --describe does; an ISR
+// topic's partitions from their records (isr.PartitionKey), a ledger-mode
+// topic's from nothing more than its record (its partitions' owner is its
+// bundle's: `quire admin namespaces bundles`).
+func describeTopic(ctx context.Context, w io.Writer, store meta.Store, t catalog.Topic) error {
+	mode := t.Mode
+	if mode == "" {
+		mode = catalog.ModeLedger
+	}
+	rf := max(t.ReplicationFactor, 1)
+	fmt.Fprintf(w, "Topic: %s\tTopicId: %s\tPartitionCount: %d\tReplicationFactor: %d\tMode: %s\tConfigs: %v\n",
+		t.Name, t.ID, t.Partitions, rf, mode, t.Configs)
+	if !t.IsISR() {
+		return nil
+	}
+	ids := func(ms []isr.BrokerID) string {
+		var s []string
+		for _, m := range ms {
+			s = append(s, strconv.Itoa(int(m)))
+		}
+		return strings.Join(s, ",")
+	}
+	for i := range t.Partitions {
+		name := t.Name + "-" + strconv.Itoa(int(i))
+		kv, err := store.Get(ctx, isr.PartitionKey(name))
+		if errors.Is(err, meta.ErrNotFound) {
+			fmt.Fprintf(w, "\tTopic: %s\tPartition: %d\t(no record yet)\n", t.Name, i)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		st, err := isr.UnmarshalState(kv.Value)
+		if err != nil {
+			return fmt.Errorf("partition %s: %w", name, err)
+		}
+		var elr []isr.BrokerID
+		for _, m := range st.ELR {
+			elr = append(elr, m.ID)
+		}
+		fmt.Fprintf(w, "\tTopic: %s\tPartition: %d\tLeader: %d\tReplicas: %s\tIsr: %s\tElr: %s\tLeaderEpoch: %d\tUnderReplicated: %v\n",
+			t.Name, i, st.Leader, ids(st.Replicas), ids(st.ISRIDs()), ids(elr), st.LeaderEpoch, len(st.ISR) < len(st.Replicas))
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -46,6 +47,8 @@ type brokerFlags struct {
 	queuedBytes       int64
 	producerExpiry    time.Duration
 	connBytes         int64
+	isr               broker.ISRConfig      // ISR mode (--isr-data-dir; standalone_isr.go)
+	registerer        prometheus.Registerer // nil: prometheus.DefaultRegisterer
 }
 
 // register adds the flags; pulsarAddr is --pulsar-addr's default ("": off).
@@ -74,6 +77,7 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.kafkaTLS.Key, "kafka-tls-key", "", "PEM private key of --kafka-tls-cert")
 	f.StringVar(&b.kafkaTLS.ClientCA, "kafka-tls-client-ca", "", "PEM CA certificates: the Kafka listener requires client certificates signed by them (mutual TLS, ssl.client.auth=required)")
 	b.kafkaSASL.register(f)
+	f.StringVar(&b.isr.Dir, "isr-data-dir", "", "ISR mode: the directory of this broker's partition replicas (empty: no ISR-mode topics served here)")
 }
 
 // listen listens on addr, with TLS when files says so.
@@ -132,7 +136,7 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
 		HandoffAfter: b.handoffAfter, KafkaMaxQueuedRequestBytes: b.queuedBytes, KafkaMaxConnRequestBytes: b.connBytes,
 		ProducerIDExpiration: b.producerExpiry, PulsarListener: pulsarLn, PulsarAdvertised: b.pulsarAdvertised,
-		Registerer: prometheus.DefaultRegisterer, Logger: log,
+		Registerer: cmp.Or(b.registerer, prometheus.DefaultRegisterer), Logger: log, ISR: b.isr,
 	})
 	if err != nil {
 		ln.Close()

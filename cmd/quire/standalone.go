@@ -32,6 +32,7 @@ type standaloneOptions struct {
 	meta        metaOptions
 	broker      brokerFlags
 	engine      engineFlags
+	isr         standaloneISRFlags // --mode isr --brokers N (standalone_isr.go)
 }
 
 func newStandaloneCommand() *cobra.Command {
@@ -65,6 +66,7 @@ turns writable again by itself once space is freed (docs/operations.md).`,
 	addMetaMemberFlags(cmd, &o.meta, "meta-")
 	o.broker.register(cmd, "127.0.0.1:6650")
 	o.engine.register(cmd)
+	o.isr.register(cmd)
 	return cmd
 }
 
@@ -110,7 +112,7 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		health.RegisterReporter(n.ID(), bookieReporter(n))
 	}
 
-	br, closeBroker, err := o.broker.start(ctx, store, o.httpAddr, log)
+	br, closeBroker, err := o.startBrokers(ctx, store, log) // one, or --brokers in ISR mode
 	if err != nil {
 		return err
 	}

@@ -84,8 +84,8 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 		for _, n := range names {
 			rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, n)
 			if errors.Is(err, catalog.ErrTopicNotFound) && autoCreate && b.cfg.AutoCreateTopics {
-				rec, err = b.admin.CreateTopic(ctx, b.cfg.Namespace, n, b.cfg.DefaultPartitions, nil)
-				if errors.Is(err, catalog.ErrTopicExists) {
+				err = b.createTopic(ctx, n, b.cfg.DefaultPartitions, nil, false)
+				if err == nil || errors.Is(err, kerr.TopicAlreadyExists) {
 					rec, err = b.admin.GetTopic(ctx, b.cfg.Namespace, n)
 				}
 				if err == nil {
@@ -110,6 +110,10 @@ func (b *Broker) Topics(ctx context.Context, names []string, autoCreate bool) ([
 	defer cancel()
 	leaders := map[catalog.Bundle]int32{}
 	for _, rec := range recs {
+		if rec.IsISR() {
+			out = append(out, b.isrTopicInfo(rec))
+			continue
+		}
 		ti := kafka.TopicInfo{Name: rec.Name, ID: rec.ID}
 		for i := range rec.Partitions {
 			leader := b.leaderOf(lctx, catalog.PartitionName(b.cfg.Namespace, rec.Name, i), leaders)
@@ -195,17 +199,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, numPartitions int
 	if err != nil {
 		return err
 	}
-	if err := validateConfigs(cfgs); err != nil {
-		return err
-	}
-	if validateOnly {
-		if _, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name); err == nil {
-			return kerr.TopicAlreadyExists
-		}
-		return nil
-	}
-	_, err = b.admin.CreateTopic(ctx, b.cfg.Namespace, name, numPartitions, cfgs)
-	return topicErr(err)
+	return b.createTopic(ctx, name, numPartitions, cfgs, validateOnly) // in the namespace's mode (isr.go)
 }
 
 // DeleteTopic implements kafka.Backend: the record goes first (the topic
@@ -218,6 +212,9 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	}
 	if err := b.admin.DeleteTopic(ctx, b.cfg.Namespace, name); err != nil {
 		return topicErr(err)
+	}
+	if rec.IsISR() {
+		return b.deleteISRTopic(ctx, rec) // its partition records, then the replicas (isr.go)
 	}
 	b.dropTopicAnyPartition(name)
 	b.wg.Add(1)
@@ -285,7 +282,10 @@ func (b *Broker) CreatePartitions(ctx context.Context, name string, count int32,
 	if validateOnly {
 		return nil
 	}
-	_, err = b.admin.SetPartitions(ctx, b.cfg.Namespace, name, count)
+	rec, err = b.admin.SetPartitions(ctx, b.cfg.Namespace, name, count)
+	if err == nil && rec.IsISR() && b.isr != nil {
+		return b.isr.createPartitions(ctx, rec, 0)
+	}
 	return topicErr(err)
 }
 
@@ -299,12 +299,19 @@ func (b *Broker) TopicConfigs(ctx context.Context, name string) ([]kafka.ConfigE
 	if err != nil {
 		return nil, err
 	}
+	if rec.IsISR() {
+		return isrDescribeConfigs(rec, pol), nil // isr.go
+	}
 	return describeConfigs(rec.Configs, pol), nil
 }
 
 // AlterTopicConfigs implements kafka.Backend. Changes apply when a
 // partition is next loaded.
 func (b *Broker) AlterTopicConfigs(ctx context.Context, name string, ops []kafka.ConfigOp, validateOnly bool) error {
+	validate := validateConfigs
+	if rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name); err == nil && rec.IsISR() {
+		validate = isrAlterValidator(rec) // isr.go
+	}
 	apply := func(cfgs map[string]string) error {
 		for _, op := range ops {
 			switch op.Op {
@@ -328,7 +335,7 @@ func (b *Broker) AlterTopicConfigs(ctx context.Context, name string, ops []kafka
 				return fmt.Errorf("%w: operation %v on %q", kerr.InvalidConfig, op.Op, op.Name)
 			}
 		}
-		return validateConfigs(cfgs)
+		return validate(cfgs)
 	}
 	if validateOnly {
 		rec, err := b.admin.GetTopic(ctx, b.cfg.Namespace, name)
@@ -358,6 +365,9 @@ func (b *Broker) BrokerConfigs(ctx context.Context) ([]kafka.ConfigEntry, error)
 
 // Partition implements kafka.Backend.
 func (b *Broker) Partition(ctx context.Context, topicName string, partition int32) (kafka.Partition, error) {
+	if p, isISR, err := b.isrPartition(topicName, partition); isISR {
+		return p, err
+	}
 	p, err := b.partition(ctx, topicName, partition)
 	if err != nil {
 		return nil, err

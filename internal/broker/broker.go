@@ -3,7 +3,8 @@
 // the partitions of the bundles it owns as partition.Partitions over managed
 // ledgers, and serves them through the Kafka front end (internal/kafka),
 // with consumer groups from internal/kafka/group. It implements
-// kafka.Backend.
+// kafka.Backend. ISR-mode topics, stored on the brokers themselves, are
+// served beside them (isr.go).
 package broker
 
 import (
@@ -106,6 +107,9 @@ type Config struct {
 	// PulsarMaxUnackedPerConsumer is Pulsar's maxUnackedMessagesPerConsumer
 	// (0: pulsar.DefaultMaxUnackedPerConsumer).
 	PulsarMaxUnackedPerConsumer int
+
+	// ISR turns ISR mode on (isr.go); zero: off.
+	ISR ISRConfig
 }
 
 // Timeouts bound what the broker waits for on its own account (a client's
@@ -205,6 +209,8 @@ type Broker struct {
 
 	// pulsar serves Pulsar topics (pulsar.go); nil without a listener.
 	pulsar atomic.Pointer[pulsarBackend]
+	// isr is ISR mode (isr.go); nil when off. Set before serving.
+	isr *isrSide
 
 	// loads counts partitions loaded here; failures those that stopped
 	// serving because their log failed or was fenced (not a release).
@@ -325,6 +331,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if err := b.startISR(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	b.wg.Add(5)
 	go func() {
 		defer b.wg.Done()
@@ -381,6 +391,7 @@ func (b *Broker) Close() error {
 		b.front.Close()
 	}
 	b.closePulsar()
+	b.closeISR()
 	var err error
 	if b.cluster != nil {
 		err = b.cluster.Close() // releases bundles: onRelease closes their partitions

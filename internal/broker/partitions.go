@@ -120,6 +120,9 @@ func (b *Broker) startLoad(ctx context.Context, topicName string, idx int32, nam
 	if idx < 0 || idx >= rec.Partitions || isPulsarTopic(rec) {
 		return nil, kerr.UnknownTopicOrPartition
 	}
+	if rec.IsISR() {
+		return nil, kerr.NotLeaderForPartition // its records are not here yet (isr.go)
+	}
 	b.mu.Lock()
 	if l := b.parts[name]; l != nil {
 		b.mu.Unlock()

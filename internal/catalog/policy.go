@@ -63,6 +63,8 @@ type Policies struct {
 	MessageTTLSeconds int64         `json:"messageTTLSeconds"`
 	Deduplication     bool          `json:"deduplication"`
 	Bundles           BundlesPolicy `json:"bundles"`
+	// Replication chooses ledger or ISR mode for new topics (replication.go).
+	Replication Replication `json:"replication,omitzero"`
 }
 
 // DefaultPolicies: E=3 Qw=3 Qa=2, no retention of acknowledged data, no
@@ -117,6 +119,9 @@ func (p Policies) Validate() error {
 	}
 	if p.MessageTTLSeconds < 0 {
 		return bad("message TTL %ds: must be >= 0", p.MessageTTLSeconds)
+	}
+	if err := p.Replication.Validate(); err != nil {
+		return err
 	}
 	if err := ValidateBoundaries(p.Bundles.Boundaries); err != nil {
 		return bad("bundles: %v", err)

@@ -69,6 +69,12 @@ type Topic struct {
 	ID         TopicID           `json:"id"`
 	Configs    map[string]string `json:"configs,omitempty"`
 	Created    time.Time         `json:"created"`
+	// Mode is the topic's replication architecture, fixed at creation
+	// ("" is ModeLedger: records from before the policy existed), and
+	// ReplicationFactor an ISR topic's replicas per partition (partitions
+	// added later get as many).
+	Mode              Mode  `json:"mode,omitempty"`
+	ReplicationFactor int32 `json:"replicationFactor,omitempty"`
 	// Version is the record's metadata version, for SetConfigs' CAS.
 	Version meta.Version `json:"-"`
 }
@@ -84,6 +90,18 @@ func (a *Catalog) checkTopic(ns, name string) error {
 // ErrInvalidTopicName, ErrInvalidPartitions (not 1..MaxPartitions),
 // ErrNamespaceNotFound or ErrTopicExists.
 func (a *Catalog) CreateTopic(ctx context.Context, ns, name string, partitions int32, configs map[string]string) (Topic, error) {
+	return a.CreateTopicMode(ctx, ns, name, partitions, configs, ModeLedger, 0)
+}
+
+// IsISR reports whether the topic is an ISR-mode topic.
+func (t Topic) IsISR() bool { return t.Mode == ModeISR }
+
+// CreateTopicMode is CreateTopic for a topic of the given mode (and, in
+// ISR mode, replication factor).
+func (a *Catalog) CreateTopicMode(ctx context.Context, ns, name string, partitions int32, configs map[string]string, mode Mode, replicationFactor int32) (Topic, error) {
+	if mode == ModeLedger {
+		mode = "" // as records have always said it
+	}
 	if err := a.checkTopic(ns, name); err != nil {
 		return Topic{}, fmt.Errorf("create topic: %w", err)
 	}
@@ -103,6 +121,10 @@ func (a *Catalog) CreateTopic(ctx context.Context, ns, name string, partitions i
 		ID:         newTopicID(),
 		Configs:    maps.Clone(configs),
 		Created:    time.Now().UTC(),
+		Mode:       mode,
+	}
+	if mode == ModeISR {
+		rec.ReplicationFactor = replicationFactor
 	}
 	value, err := json.Marshal(rec)
 	if err != nil {

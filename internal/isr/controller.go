@@ -76,10 +76,13 @@ const (
 	MetaWrite
 	// MetaRead reads a record.
 	MetaRead
+	// MetaDelete deletes a record whose version is Expected (its topic
+	// was deleted).
+	MetaDelete
 )
 
 func (k MetaOpKind) String() string {
-	return map[MetaOpKind]string{MetaCreate: "create", MetaWrite: "write", MetaRead: "read"}[k]
+	return map[MetaOpKind]string{MetaCreate: "create", MetaWrite: "write", MetaRead: "read", MetaDelete: "delete"}[k]
 }
 
 // AnyVersion as a MetaOp's Expected writes without a compare-and-swap. Only
@@ -152,6 +155,10 @@ type partition struct {
 	// wantPreferred asks the next reconcile to move leadership to the
 	// preferred replica.
 	wantPreferred bool
+	// deleting: the partition's topic was deleted; its record is deleted
+	// (by CAS, as soon as no other operation is in flight) and nothing else
+	// is written.
+	deleting bool
 }
 
 type pendingWrite struct {
@@ -287,6 +294,12 @@ func (c *Controller) partition(name string) *partition {
 // CreatePartition writes a new partition's first record: every live replica
 // in the ISR, the first live one (in assignment order) the leader.
 func (c *Controller) CreatePartition(name string, replicas []BrokerID, now time.Time) error {
+	return c.CreatePartitionWith(name, replicas, PartitionConfig{}, now)
+}
+
+// CreatePartitionWith is CreatePartition for a partition whose topic sets
+// its own min.insync.replicas or unclean election (kept in the record).
+func (c *Controller) CreatePartitionWith(name string, replicas []BrokerID, cfg PartitionConfig, now time.Time) error {
 	c.input(now)
 	if invariants.Enabled {
 		defer c.checkInvariants()
@@ -297,7 +310,7 @@ func (c *Controller) CreatePartition(name string, replicas []BrokerID, now time.
 	if p := c.parts[name]; p != nil {
 		return fmt.Errorf("create partition %s: %w", name, ErrInvalidRequest)
 	}
-	s := PartitionState{Partition: name, Replicas: slices.Clone(replicas), Leader: NoLeader}
+	s := PartitionState{Partition: name, Replicas: slices.Clone(replicas), Leader: NoLeader, Config: cfg}
 	for _, id := range replicas {
 		if c.alive(id) {
 			s.ISR = append(s.ISR, Member{ID: id, BrokerEpoch: c.brokers[id].epoch})
@@ -316,6 +329,50 @@ func (c *Controller) CreatePartition(name string, replicas []BrokerID, now time.
 	p.inflight.op.Expected = 0
 	c.ready.MetaOps[len(c.ready.MetaOps)-1] = p.inflight.op
 	return nil
+}
+
+// DeletePartition deletes a partition's record (its topic was deleted),
+// by compare-and-swap once no other write is in flight; the controller
+// then forgets the partition, and brokers that watch the records drop
+// their replicas. Proposals waiting for it are refused.
+func (c *Controller) DeletePartition(name string, now time.Time) error {
+	c.input(now)
+	if invariants.Enabled {
+		defer c.checkInvariants()
+	}
+	if c.deposed {
+		return ErrNotController
+	}
+	p := c.parts[name]
+	if p == nil || !p.exists {
+		return fmt.Errorf("delete partition %s: %w", name, ErrUnknownPartition)
+	}
+	p.deleting, p.wantPreferred = true, false
+	for _, q := range p.queued {
+		c.answer(q, ErrUnknownPartition, p.state)
+	}
+	p.queued = nil
+	c.reconcile(p)
+	return nil
+}
+
+// deleteRecord starts the delete of a partition being deleted.
+func (c *Controller) deleteRecord(p *partition) {
+	op := MetaOp{ID: c.nextID(), Kind: MetaDelete, Partition: p.state.Partition, Expected: p.version}
+	p.inflight = &pendingWrite{op: op}
+	c.ready.MetaOps = append(c.ready.MetaOps, op)
+}
+
+// forget drops a partition the controller no longer keeps (deleted, or
+// never created): a partition of that name created later starts its epochs
+// again, as a new one.
+func (c *Controller) forget(name string) {
+	delete(c.parts, name)
+	delete(c.epochs, name)
+	delete(c.leaders, name)
+	if i, ok := slices.BinarySearch(c.names, name); ok {
+		c.names = slices.Delete(c.names, i, i+1)
+	}
 }
 
 // Register feeds a broker's registration (its ephemeral key, at broker
@@ -457,6 +514,10 @@ func (c *Controller) AlterPartition(req AlterPartitionRequest, now time.Time) {
 		c.answer(req, ErrUnknownPartition, PartitionState{})
 		return
 	}
+	if p.deleting {
+		c.answer(req, ErrUnknownPartition, p.state)
+		return
+	}
 	if p.inflight != nil || p.readOp != 0 {
 		if len(p.queued) >= c.cfg.MaxQueued {
 			c.answer(req, ErrRequestTimedOut, p.state)
@@ -582,6 +643,9 @@ func (c *Controller) stepWrite(p *partition, res MetaResult) {
 	w := p.inflight
 	p.inflight = nil
 	switch {
+	case w.op.Kind == MetaDelete && res.Err == nil:
+		c.event(Event{Kind: EventPartitionWritten, Partition: w.op.Partition, Detail: "deleted"})
+		c.forget(w.op.Partition)
 	case res.Err == nil:
 		p.state, p.version, p.exists = w.op.State.Clone(), res.Version, true
 		c.noteRecord(p.state)
@@ -621,9 +685,11 @@ func (c *Controller) stepRead(name string, p *partition, res MetaResult) {
 	if !p.exists && errors.Is(res.Err, ErrVersionConflict) {
 		// The create whose outcome was unknown did not happen: forget the
 		// partition, so that CreatePartition can be called again.
-		delete(c.parts, name)
-		i, _ := slices.BinarySearch(c.names, name)
-		c.names = slices.Delete(c.names, i, i+1)
+		c.forget(name)
+		return
+	}
+	if p.deleting && errors.Is(res.Err, ErrVersionConflict) {
+		c.forget(name) // the record is gone: deleted already
 		return
 	}
 	if res.Err != nil {

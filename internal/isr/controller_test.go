@@ -36,6 +36,12 @@ func (m *memStore) exec(op MetaOp) MetaResult {
 		if op.Expected != AnyVersion && (!ok || rec.Version != op.Expected) {
 			return MetaResult{ID: op.ID, Err: ErrVersionConflict}
 		}
+	case MetaDelete:
+		if !ok || rec.Version != op.Expected {
+			return MetaResult{ID: op.ID, Err: ErrVersionConflict}
+		}
+		delete(m.records, op.Partition)
+		return MetaResult{ID: op.ID}
 	}
 	m.rev++
 	m.records[op.Partition] = StoredPartition{State: op.State.Clone(), Version: m.rev}
@@ -372,5 +378,46 @@ func TestPushInterval(t *testing.T) {
 	rd := store.run(c, t0)
 	if len(rd.Pushes) != 3 || rd.Pushes[0].To != 1 || rd.Pushes[2].To != 3 {
 		t.Fatalf("pushes %+v", rd.Pushes)
+	}
+}
+
+// TestDeletePartition: a deleted topic's partition record is deleted by
+// CAS after the write in flight, proposals for it are refused, and a
+// partition of the same name can be created again, its epochs starting
+// over; a topic's own min.insync.replicas rides in the record and decides
+// the ELR.
+func TestDeletePartition(t *testing.T) {
+	c, store := newTestController(t, ControllerConfig{MinISR: 1})
+	c.SessionExpired(3, 3, t0) // a write in flight when the delete comes
+	if err := c.DeletePartition("p", t0); err != nil {
+		t.Fatal(err)
+	}
+	c.AlterPartition(AlterPartitionRequest{ID: 7, Partition: "p", Broker: 1, BrokerEpoch: 1}, t0)
+	rd := store.run(c, t0)
+	if len(rd.AlterPartitionResponses) != 1 || !errors.Is(rd.AlterPartitionResponses[0].Err, ErrUnknownPartition) {
+		t.Fatalf("a proposal for a partition being deleted: %+v", rd.AlterPartitionResponses)
+	}
+	if _, ok := store.records["p"]; ok {
+		t.Fatal("the record is still in the store")
+	}
+	if _, ok := c.Partition("p"); ok || slices.Contains(c.Partitions(), "p") {
+		t.Fatal("the controller still keeps the partition")
+	}
+	if err := c.DeletePartition("p", t0); !errors.Is(err, ErrUnknownPartition) {
+		t.Fatalf("deleting it again: %v", err)
+	}
+	c.Register(Registration{ID: 3, Epoch: 4}, t0)
+	if err := c.CreatePartitionWith("p", []BrokerID{2, 3, 1}, PartitionConfig{MinISR: 3}, t0); err != nil {
+		t.Fatal(err)
+	}
+	store.run(c, t0)
+	s, ok := c.Partition("p")
+	if !ok || s.Leader != 2 || s.LeaderEpoch != 0 || s.Config.MinISR != 3 {
+		t.Fatalf("created again: %s (config %+v)", s, s.Config)
+	}
+	c.SessionExpired(1, 1, t0)
+	store.run(c, t0)
+	if s, _ = c.Partition("p"); len(s.ISR) != 2 || !s.InELR(1) {
+		t.Fatalf("after broker 1 left below the topic's min.insync.replicas 3: %s; want it in the ELR", s)
 	}
 }

@@ -47,7 +47,7 @@ func (c *Controller) checkImbalance() {
 // the ISR join it, minus those that lost data in an unclean shutdown since
 // they were admitted (Kafka's maybePopulateTargetElr).
 func (c *Controller) targetELR(cur PartitionState, target []Member) []Member {
-	if c.cfg.DisableELR || len(target) >= c.cfg.MinISR {
+	if c.cfg.DisableELR || len(target) >= cur.Config.MinISROr(c.cfg.MinISR) {
 		return nil
 	}
 	var elr []Member
@@ -73,6 +73,10 @@ func (c *Controller) reconcileAll() {
 // election happens. At most one write is started.
 func (c *Controller) reconcile(p *partition) {
 	if c.deposed || !p.exists || p.inflight != nil || p.readOp != 0 || !p.retryAt.IsZero() {
+		return
+	}
+	if p.deleting {
+		c.deleteRecord(p)
 		return
 	}
 	s := p.state.Clone()
@@ -169,7 +173,7 @@ func (c *Controller) elect(s *PartitionState) []Event {
 			return i >= 0 && !c.lostSince(r, s.ELR[i].BrokerEpoch)
 		}), "elr"
 	}
-	if id == NoLeader && c.cfg.UncleanElection {
+	if id == NoLeader && s.Config.UncleanElectionOr(c.cfg.UncleanElection) {
 		id, how = pick(func(BrokerID) bool { return true }), "unclean"
 	}
 	if id == NoLeader {
@@ -183,7 +187,7 @@ func (c *Controller) elect(s *PartitionState) []Event {
 		// while the ISR stays below min.insync.replicas.
 		s.ISR = []Member{me}
 		s.ELR = withoutMember(s.ELR, id)
-		if len(s.ISR) >= c.cfg.MinISR || len(s.ELR) == 0 {
+		if len(s.ISR) >= s.Config.MinISROr(c.cfg.MinISR) || len(s.ELR) == 0 {
 			s.ELR = nil
 		}
 	case how == "unclean":

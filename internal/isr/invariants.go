@@ -82,8 +82,8 @@ func (r *Replica) checkInvariants() {
 		}
 		prev = w.next
 	}
-	if len(r.waiting) > 0 && len(r.state.ISR) < r.cfg.MinISR {
-		r.violated("no acks=all request waits while |ISR| < minISR: %d waiting, ISR %v, minISR %d", len(r.waiting), r.state.ISRIDs(), r.cfg.MinISR)
+	if len(r.waiting) > 0 && len(r.state.ISR) < r.minISR() {
+		r.violated("no acks=all request waits while |ISR| < minISR: %d waiting, ISR %v, minISR %d", len(r.waiting), r.state.ISRIDs(), r.minISR())
 	}
 	if p := r.pendingISR; p != nil && (p.req.PartitionEpoch != r.state.PartitionEpoch || p.req.LeaderEpoch != r.state.LeaderEpoch) {
 		r.violated("a proposal in flight is based on the current record: based on pe=%d le=%d, record pe=%d le=%d",
@@ -151,7 +151,7 @@ func (c *Controller) checkInvariants() {
 			c.violated("one store operation per partition: write %d and read %d of %s", p.inflight.op.ID, p.readOp, name)
 		}
 		if !c.cfg.Mutants.ISRChangeWithoutCAS && !c.cfg.Mutants.ElectOutOfSync && !c.deposed && p.inflight == nil && p.readOp == 0 &&
-			s.Leader != NoLeader && !s.Unclean && len(s.ELR) > 0 && len(s.ISR) >= c.cfg.MinISR {
+			s.Leader != NoLeader && !s.Unclean && len(s.ELR) > 0 && len(s.ISR) >= s.Config.MinISROr(c.cfg.MinISR) {
 			c.violated("the ELR is empty once |ISR| >= minISR: %s", s)
 		}
 	}

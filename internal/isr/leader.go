@@ -82,7 +82,9 @@ func (r *Replica) consumerFetch(req FetchRequest, maxBatches int) FetchResponse 
 	return FetchResponse{Batches: cutBatches(r.log.Read(req.FetchOffset, maxBatches), r.hw)}
 }
 
-// cutBatches drops every record at or past limit.
+// cutBatches drops every record at or past limit; a raw batch that
+// crosses limit goes whole (it is never cut; limit, the HW, is a batch
+// boundary whenever every batch is raw, as followers fetch whole batches).
 func cutBatches(batches []Batch, limit int64) []Batch {
 	var out []Batch
 	for _, b := range batches {
@@ -90,6 +92,9 @@ func cutBatches(batches []Batch, limit int64) []Batch {
 			break
 		}
 		if b.NextOffset() > limit {
+			if b.Raw != nil {
+				break
+			}
 			b.Records = b.Records[:limit-b.BaseOffset]
 		}
 		out = append(out, b)
@@ -150,7 +155,7 @@ func (r *Replica) maybeAdvanceHighWatermark() {
 	if r.role != RoleLeader {
 		return
 	}
-	if len(r.state.ISR) < r.cfg.MinISR && !r.cfg.Mutants.HighWatermarkIgnoresMinISR {
+	if len(r.state.ISR) < r.minISR() && !r.cfg.Mutants.HighWatermarkIgnoresMinISR {
 		return
 	}
 	hw := r.log.EndOffset()
@@ -175,7 +180,7 @@ func (r *Replica) maybeAdvanceHighWatermark() {
 			break
 		}
 		var err error
-		if len(r.state.ISR) < r.cfg.MinISR {
+		if len(r.state.ISR) < r.minISR() {
 			err = ErrNotEnoughReplicasAfterAppend // only the hw-ignores-min-isr mutant gets here
 		} else {
 			r.event(Event{Kind: EventAckedAll, Broker: r.cfg.Broker, Epoch: r.state.LeaderEpoch, Offset: w.base})

@@ -21,14 +21,15 @@ type Log interface {
 	// the produce KAFKA_STORAGE_ERROR, a follower fetches the batch again.
 	Append(b Batch) error
 	// Read returns up to maxBatches batches holding the records from offset
-	// from on, the first one cut to start exactly at from. Nothing when from
-	// is at or past the end.
+	// from on, the first one cut to start exactly at from, or, a raw batch
+	// (Batch.Raw), whole. Nothing when from is at or past the end.
 	Read(from int64, maxBatches int) []Batch
 	// TruncateTo removes every record at offset ≥ offset; afterwards
 	// EndOffset() is min(offset, the old LEO), and every epoch cache entry
 	// that starts at or after that new LEO is gone too (even when no record
 	// was: an entry a leader assigned at its LEO and never appended under,
-	// as Kafka's UnifiedLog.truncateTo drops it).
+	// as Kafka's UnifiedLog.truncateTo drops it). A raw batch holding offset
+	// goes whole, as in Kafka, so EndOffset() may end below offset.
 	TruncateTo(offset int64)
 	// Flush makes every record appended so far durable.
 	Flush()

@@ -380,11 +380,15 @@ func (r *Replica) leaderStateChanged() {
 	r.maybeAdvanceHighWatermark()
 }
 
+// minISR is min.insync.replicas: the partition record's, else the
+// replica's configured one.
+func (r *Replica) minISR() int { return r.state.Config.MinISROr(r.cfg.MinISR) }
+
 // checkMinISR fails the waiting acks=all requests once the ISR is below
 // min.insync.replicas. Kafka would let them time out under the strict HW
 // rule; answering at once tells the producer what happened.
 func (r *Replica) checkMinISR() {
-	if len(r.state.ISR) >= r.cfg.MinISR || len(r.waiting) == 0 {
+	if len(r.state.ISR) >= r.minISR() || len(r.waiting) == 0 {
 		return
 	}
 	for _, w := range r.waiting {
@@ -410,15 +414,16 @@ func (r *Replica) Produce(req ProduceRequest, now time.Time) {
 	case r.role != RoleLeader:
 		r.answerProduce(req, -1, ErrNotLeaderOrFollower)
 		return
-	case len(req.Records) == 0 || (req.Acks != AcksNone && req.Acks != AcksLeader && req.Acks != AcksAll):
+	case (len(req.Records) == 0) == (req.Raw == nil) || (req.Raw != nil && req.Count < 1) ||
+		(req.Acks != AcksNone && req.Acks != AcksLeader && req.Acks != AcksAll):
 		r.answerProduce(req, -1, ErrInvalidRequest)
 		return
-	case req.Acks == AcksAll && len(r.state.ISR) < r.cfg.MinISR:
+	case req.Acks == AcksAll && len(r.state.ISR) < r.minISR():
 		r.answerProduce(req, -1, ErrNotEnoughReplicas)
 		return
 	}
 	base := r.log.EndOffset()
-	if err := r.log.Append(Batch{BaseOffset: base, LeaderEpoch: r.state.LeaderEpoch, Records: req.Records}); err != nil {
+	if err := r.log.Append(Batch{BaseOffset: base, LeaderEpoch: r.state.LeaderEpoch, Records: req.Records, Raw: req.Raw, Count: req.Count}); err != nil {
 		if !errors.Is(err, ErrLogWrite) {
 			panic(fmt.Sprintf("isr: partition %s: leader append at %d: %v", r.cfg.Partition, base, err)) // the Log's contract is broken
 		}

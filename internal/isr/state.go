@@ -51,6 +51,36 @@ type PartitionState struct {
 	// Unclean marks a record whose leader came from an unclean election
 	// (Kafka's LeaderRecoveryState RECOVERING, simplified).
 	Unclean bool `json:"unclean,omitempty"`
+	// Config is the partition's topic's own replication settings, fixed
+	// when the partition is created (zero: the cluster's).
+	Config PartitionConfig `json:"config,omitzero"`
+}
+
+// PartitionConfig is what a topic may set for itself, as Kafka's topic
+// configs do, over the controller's and replicas' defaults.
+type PartitionConfig struct {
+	// MinISR is min.insync.replicas (0: the default).
+	MinISR int `json:"minISR,omitempty"`
+	// UncleanElection is unclean.leader.election.enable (nil: the
+	// default).
+	UncleanElection *bool `json:"uncleanElection,omitempty"`
+}
+
+// MinISROr is the partition's min.insync.replicas, def when not set.
+func (c PartitionConfig) MinISROr(def int) int {
+	if c.MinISR > 0 {
+		return c.MinISR
+	}
+	return def
+}
+
+// UncleanElectionOr is the partition's unclean.leader.election.enable,
+// def when not set.
+func (c PartitionConfig) UncleanElectionOr(def bool) bool {
+	if c.UncleanElection != nil {
+		return *c.UncleanElection
+	}
+	return def
 }
 
 // Clone returns a deep copy.
@@ -85,13 +115,21 @@ func (s PartitionState) SameContent(o PartitionState) bool {
 	return s.Partition == o.Partition && slices.Equal(s.Replicas, o.Replicas) && s.Leader == o.Leader &&
 		s.LeaderBrokerEpoch == o.LeaderBrokerEpoch && s.LeaderEpoch == o.LeaderEpoch &&
 		slices.Equal(s.ISR, o.ISR) && slices.Equal(s.ELR, o.ELR) && s.PartitionEpoch == o.PartitionEpoch &&
-		s.Unclean == o.Unclean
+		s.Unclean == o.Unclean && s.Config.equal(o.Config)
+}
+
+func (c PartitionConfig) equal(o PartitionConfig) bool {
+	return c.MinISR == o.MinISR && (c.UncleanElection == nil) == (o.UncleanElection == nil) &&
+		(c.UncleanElection == nil || *c.UncleanElection == *o.UncleanElection)
 }
 
 // Validate checks what every record must satisfy.
 func (s PartitionState) Validate() error {
 	if s.Partition == "" || len(s.Replicas) == 0 {
 		return fmt.Errorf("partition %q: no name or no replicas", s.Partition)
+	}
+	if s.Config.MinISR < 0 {
+		return fmt.Errorf("partition %s: min.insync.replicas %d", s.Partition, s.Config.MinISR)
 	}
 	seen := map[BrokerID]string{}
 	for _, r := range s.Replicas {

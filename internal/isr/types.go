@@ -55,14 +55,33 @@ var (
 // Batch is a record batch as a replica's log stores it: the leader assigns
 // BaseOffset and stamps its leader epoch when it appends; followers copy
 // batches unchanged.
+//
+// A batch has one of two forms. Records holds the records one value each
+// (the simulator's, MemLog's and the scripted tests' form); such a batch may
+// be cut at any record. Raw holds Count records in bytes the core never
+// looks inside: one Kafka record batch exactly as the producer sent it
+// (internal/isr/isrnode), which the log stamps with BaseOffset and
+// LeaderEpoch when it appends; it is never cut, as Kafka never splits a
+// batch: a read returns it whole (from the one holding the offset asked
+// for), and a truncation inside it removes it whole.
 type Batch struct {
 	BaseOffset  int64
 	LeaderEpoch int32
-	Records     [][]byte // at least one
+	Records     [][]byte // at least one, unless Raw is set
+	Raw         []byte   // when set, Records is nil
+	Count       int32    // the records in Raw (≥ 1); unused with Records
+}
+
+// Len is the number of records in the batch.
+func (b Batch) Len() int64 {
+	if b.Raw != nil {
+		return int64(b.Count)
+	}
+	return int64(len(b.Records))
 }
 
 // NextOffset is the offset after the batch's last record.
-func (b Batch) NextOffset() int64 { return b.BaseOffset + int64(len(b.Records)) }
+func (b Batch) NextOffset() int64 { return b.BaseOffset + b.Len() }
 
 // EpochEndOffset is the answer to "where does epoch E end in your log?"
 // (OffsetsForLeaderEpoch, and Fetch's DivergingEpoch): the largest epoch the
@@ -121,7 +140,11 @@ type ProduceRequest struct {
 	Client    string
 	Partition string
 	Acks      int8
-	Records   [][]byte
+	// Records, or Raw and Count: the batch to append, in one of Batch's
+	// two forms.
+	Records [][]byte
+	Raw     []byte
+	Count   int32
 	// Timeout bounds how long an acks=all request waits for the HW
 	// (Kafka's produce timeoutMs); 0 takes ReplicaConfig.ProduceTimeout.
 	Timeout time.Duration

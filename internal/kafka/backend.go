@@ -30,6 +30,8 @@ type PartitionInfo struct {
 	LeaderEpoch int32
 	Replicas    []int32
 	ISR         []int32
+	// OfflineReplicas are the replicas whose broker is not live (ISR mode).
+	OfflineReplicas []int32
 }
 
 // TopicInfo is one topic in Metadata.
@@ -229,4 +231,29 @@ func ClientFrom(ctx context.Context) (ClientInfo, bool) {
 
 func withClient(ctx context.Context, info ClientInfo) context.Context {
 	return context.WithValue(ctx, clientInfoKey{}, info)
+}
+
+type acksKey struct{}
+
+// AcksFrom returns the acks of the produce request whose Partition.Append
+// ctx is (0, 1 or -1); false outside one. A backend whose replication
+// depends on it (ISR mode) reads it there; ledger mode waits for
+// durability whatever it is.
+func AcksFrom(ctx context.Context) (int16, bool) {
+	acks, ok := ctx.Value(acksKey{}).(int16)
+	return acks, ok
+}
+
+func withAcks(ctx context.Context, acks int16) context.Context {
+	return context.WithValue(ctx, acksKey{}, acks)
+}
+
+type replicationFactorKey struct{}
+
+// ReplicationFactorFrom returns the replication_factor of the CreateTopics
+// request whose Backend.CreateTopic ctx is (-1: the default); false
+// outside one.
+func ReplicationFactorFrom(ctx context.Context) (int16, bool) {
+	rf, ok := ctx.Value(replicationFactorKey{}).(int16)
+	return rf, ok
 }

@@ -132,7 +132,7 @@ func metadataTopic(t *TopicInfo) kmsg.MetadataResponseTopic {
 	for _, p := range t.Partitions {
 		rp := kmsg.NewMetadataResponseTopicPartition()
 		rp.Partition, rp.Leader, rp.LeaderEpoch = p.Partition, p.Leader, p.LeaderEpoch
-		rp.Replicas, rp.ISR, rp.OfflineReplicas = nonNil(p.Replicas), nonNil(p.ISR), []int32{}
+		rp.Replicas, rp.ISR, rp.OfflineReplicas = nonNil(p.Replicas), nonNil(p.ISR), nonNil(p.OfflineReplicas)
 		if p.Leader < 0 {
 			rp.ErrorCode = kerr.LeaderNotAvailable.Code
 		}

@@ -11,7 +11,8 @@ package kafka
 //
 // acks must be 0, 1 or −1 (else INVALID_REQUIRED_ACKS on every partition).
 // Both 1 and −1 wait for Append's result, which in ledger mode comes once the
-// batch is durable. acks=0 gets no response, but its appends are still
+// batch is durable; the acks reach the Backend in Append's context
+// (AcksFrom): ISR mode answers acks=1 once the leader appended. acks=0 gets no response, but its appends are still
 // awaited in order; if any failed, the connection is closed so the producer
 // notices (as Kafka does). timeout_ms > 0 bounds the wait, from the moment
 // the request is read: for room in a partition's log (a full log holds up
@@ -60,9 +61,9 @@ func handleProduce(s *Server, ctx context.Context, rq *request) finishFunc {
 
 	// One deadline for the whole request: submitting (a full log makes
 	// Append wait) and then waiting for the results.
-	waitCtx, cancelWait := ctx, context.CancelFunc(func() {})
+	waitCtx, cancelWait := withAcks(ctx, req.Acks), context.CancelFunc(func() {})
 	if req.TimeoutMillis > 0 {
-		waitCtx, cancelWait = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
+		waitCtx, cancelWait = context.WithTimeout(waitCtx, time.Duration(req.TimeoutMillis)*time.Millisecond)
 	}
 
 	var pending []pendingAppend

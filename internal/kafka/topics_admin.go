@@ -11,14 +11,15 @@ package kafka
 //
 // CreateTopics: num_partitions −1 is the Backend's default, 0 or < −1 is
 // INVALID_PARTITIONS. replication_factor must be −1 or positive
-// (INVALID_REPLICATION_FACTOR otherwise) and is then ignored: in ledger mode
-// a topic's durability is its ledgers' bookie write quorum, not broker
-// replicas, so the response (v5+) reports a replication factor of 1, the
-// one replica Metadata lists. Manual replica assignments answer
-// INVALID_REPLICA_ASSIGNMENT; a topic named twice in one request answers
-// INVALID_REQUEST for each. v5+ responses carry the partition count and the
-// topic's configs (from Backend.TopicConfigs; none for validate_only); v7
-// the topic id. Throttle is always 0.
+// (INVALID_REPLICATION_FACTOR otherwise); the Backend reads it from the
+// context (ReplicationFactorFrom). Ledger mode ignores it (a topic's
+// durability is its ledgers' bookie write quorum, not broker replicas), so
+// the response (v5+) reports the replicas Metadata lists: 1 there. Manual
+// replica assignments answer INVALID_REPLICA_ASSIGNMENT; a topic named
+// twice in one request answers INVALID_REQUEST for each. v5+ responses
+// carry the partition count and the topic's configs (from
+// Backend.TopicConfigs; none for validate_only); v7 the topic id. Throttle
+// is always 0.
 //
 // CreatePartitions: assignments answer INVALID_REPLICA_ASSIGNMENT.
 
@@ -65,7 +66,7 @@ func (s *Server) createTopic(ctx context.Context, req *kmsg.CreateTopicsRequest,
 	for _, c := range t.Configs {
 		configs[c.Name] = c.Value
 	}
-	err := s.backend.CreateTopic(ctx, t.Topic, t.NumPartitions, configs, req.ValidateOnly)
+	err := s.backend.CreateTopic(context.WithValue(ctx, replicationFactorKey{}, t.ReplicationFactor), t.Topic, t.NumPartitions, configs, req.ValidateOnly)
 	s.topicLimits.forget(t.Topic)
 	if code := s.errorCode(err, "create topic", "topic", t.Topic); code != 0 {
 		return code
@@ -78,6 +79,9 @@ func (s *Server) createTopic(ctx context.Context, req *kmsg.CreateTopicsRequest,
 	if infos, err := s.backend.Topics(ctx, []string{t.Topic}, false); err == nil && len(infos) == 1 {
 		rt.TopicID = infos[0].ID
 		rt.NumPartitions = int32(len(infos[0].Partitions))
+		if ps := infos[0].Partitions; len(ps) > 0 && len(ps[0].Replicas) > 0 {
+			rt.ReplicationFactor = int16(len(ps[0].Replicas))
+		}
 		s.topicIDs.remember(infos)
 	}
 	entries, err := s.backend.TopicConfigs(ctx, t.Topic)

@@ -25,16 +25,32 @@ import (
 // Read serves nothing below the log start (records deleted by retention or
 // DeleteRecordsBefore): isr.Log's offsets start at 0, and a replica reading
 // below the log start is told so by the shell, not the log.
+//
+// A raw ISRLog (NewRawISRLog) stores raw batches only (isr.Batch.Raw): the
+// payload is the batch's bytes, stamped on append by the caller's
+// RawStamp, reads return whole batches from the one holding the offset
+// asked for, and truncation removes a batch holding the offset whole, as
+// Kafka does.
 type ISRLog struct {
-	log *Log
-	now func() time.Time
-	err error
+	log   *Log
+	now   func() time.Time
+	stamp RawStamp // nil: batches of values (isr.Batch.Records)
+	err   error
 }
+
+// RawStamp writes a raw batch's base offset and leader epoch into its bytes
+// (in place) and returns the batch's max timestamp in milliseconds, which
+// the time index and time-based retention use. An error refuses the append
+// (isr.ErrLogWrite is not wrapped: the batch is malformed).
+type RawStamp func(raw []byte, baseOffset int64, leaderEpoch int32) (maxTimestamp int64, err error)
 
 var _ isr.Log = (*ISRLog)(nil)
 
 // NewISRLog adapts l; now stamps appended batches (time.Now in production).
 func NewISRLog(l *Log, now func() time.Time) *ISRLog { return &ISRLog{log: l, now: now} }
+
+// NewRawISRLog adapts l for raw batches, stamped by stamp.
+func NewRawISRLog(l *Log, stamp RawStamp) *ISRLog { return &ISRLog{log: l, stamp: stamp} }
 
 // Log is the log underneath.
 func (a *ISRLog) Log() *Log { return a.log }
@@ -51,7 +67,10 @@ func (a *ISRLog) keep(err error) {
 func (a *ISRLog) EndOffset() int64 { return a.log.EndOffset() }
 
 func (a *ISRLog) Append(b isr.Batch) error {
-	if len(b.Records) == 0 || len(b.Records) > math.MaxInt32 {
+	if a.stamp != nil {
+		return a.appendRaw(b)
+	}
+	if b.Raw != nil || len(b.Records) == 0 || len(b.Records) > math.MaxInt32 {
 		return fmt.Errorf("%w: %d records at %d", ErrInvalidAppend, len(b.Records), b.BaseOffset)
 	}
 	err := a.log.AppendRaw(b.BaseOffset, int32(len(b.Records)), b.LeaderEpoch, a.now().UnixMilli(), encodeRecords(b.Records))
@@ -63,9 +82,24 @@ func (a *ISRLog) Append(b isr.Batch) error {
 	return err
 }
 
+func (a *ISRLog) appendRaw(b isr.Batch) error {
+	if b.Raw == nil || b.Count < 1 {
+		return fmt.Errorf("%w: a raw log takes raw batches (%d records at %d)", ErrInvalidAppend, b.Len(), b.BaseOffset)
+	}
+	maxTimestamp, err := a.stamp(b.Raw, b.BaseOffset, b.LeaderEpoch)
+	if err != nil {
+		return fmt.Errorf("%w: batch at %d: %w", ErrInvalidAppend, b.BaseOffset, err)
+	}
+	err = a.log.AppendRaw(b.BaseOffset, b.Count, b.LeaderEpoch, maxTimestamp, b.Raw)
+	if err != nil && !errors.Is(err, ErrInvalidAppend) {
+		return fmt.Errorf("%w: %w", isr.ErrLogWrite, err)
+	}
+	return err
+}
+
 // Read returns up to maxBatches batches from offset from on, the first cut
-// to start exactly at from. A read error ends the batches early and is kept
-// in Err.
+// to start exactly at from (a raw log's first whole). A read error ends the
+// batches early and is kept in Err.
 func (a *ISRLog) Read(from int64, maxBatches int) []isr.Batch {
 	if from < a.log.LogStartOffset() || from >= a.log.EndOffset() || maxBatches <= 0 {
 		return nil
@@ -74,6 +108,10 @@ func (a *ISRLog) Read(from int64, maxBatches int) []isr.Batch {
 	a.keep(err)
 	var out []isr.Batch
 	for _, r := range raw {
+		if a.stamp != nil {
+			out = append(out, isr.Batch{BaseOffset: r.BaseOffset, LeaderEpoch: r.LeaderEpoch, Raw: r.Payload, Count: r.Count})
+			continue
+		}
 		records, err := decodeRecords(r.Payload, r.Count)
 		if err != nil {
 			a.keep(fmt.Errorf("read batch %d: %w", r.BaseOffset, err))
@@ -98,7 +136,11 @@ func (a *ISRLog) TruncateTo(offset int64) {
 		a.keep(err)
 		return
 	}
-	_, err := a.log.truncateLocked(max(offset, 0), headRecords)
+	reencode := reencodeFunc(headRecords)
+	if a.stamp != nil {
+		reencode = nil // the batch holding offset goes whole
+	}
+	_, err := a.log.truncateLocked(max(offset, 0), reencode)
 	a.keep(err)
 }
 

@@ -235,7 +235,12 @@ func (s *Service) serve(sess meta.Session, epoch int64) error {
 	s.log.Info("isr controller: elected", "epoch", epoch, "partitions", len(stored), "brokers", len(regs))
 
 	wctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
+	proposalsDone := make(chan struct{})
+	go func() {
+		defer close(proposalsDone)
+		s.serveProposals(wctx, sess, epoch)
+	}()
+	defer func() { cancel(); <-proposalsDone }()
 	watch := s.cfg.Store.Watch(wctx, isr.BrokerPrefix, rev+1)
 	var why error
 	for why == nil {
@@ -354,6 +359,8 @@ func (t *term) exec(op isr.MetaOp) isr.MetaResult {
 		if err == nil {
 			v, err = store.Put(ctx, key, op.State.Marshal(), expected)
 		}
+	case isr.MetaDelete:
+		err = store.Delete(ctx, key, meta.Version(op.Expected))
 	}
 	switch {
 	case errors.Is(err, meta.ErrBadVersion), errors.Is(err, meta.ErrExists), errors.Is(err, meta.ErrNotFound):
@@ -408,8 +415,13 @@ func (s *Service) call(ctx context.Context, f func(t *term)) error {
 // replica in the ISR, the first the leader). It returns once the write is
 // asked for; Partition shows it once written.
 func (s *Service) CreatePartition(ctx context.Context, name string, replicas []isr.BrokerID) error {
+	return s.CreatePartitionWith(ctx, name, replicas, isr.PartitionConfig{})
+}
+
+// CreatePartitionWith is CreatePartition with the topic's own settings.
+func (s *Service) CreatePartitionWith(ctx context.Context, name string, replicas []isr.BrokerID, cfg isr.PartitionConfig) error {
 	var err error
-	if cerr := s.call(ctx, func(t *term) { err = t.core.CreatePartition(name, replicas, time.Now()) }); cerr != nil {
+	if cerr := s.call(ctx, func(t *term) { err = t.core.CreatePartitionWith(name, replicas, cfg, time.Now()) }); cerr != nil {
 		return cerr
 	}
 	return err
@@ -421,6 +433,16 @@ func (s *Service) Partition(ctx context.Context, name string) (isr.PartitionStat
 	var ok bool
 	err := s.call(ctx, func(t *term) { st, ok = t.core.Partition(name) })
 	return st, ok, err
+}
+
+// DeletePartition deletes a partition's record (its topic was deleted).
+// It returns once the delete is asked for.
+func (s *Service) DeletePartition(ctx context.Context, name string) error {
+	var err error
+	if cerr := s.call(ctx, func(t *term) { err = t.core.DeletePartition(name, time.Now()) }); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // ElectPreferred moves a partition's leadership to its preferred replica.

@@ -1,6 +1,7 @@
 package isrnode
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -16,11 +17,13 @@ import (
 )
 
 // What crosses the wire between a follower and its leader is Kafka's: a
-// Fetch request and response (kmsg), the records as record batches of magic
-// 2, one per isr.Batch, its leader epoch in partition_leader_epoch and each
-// of its records the value of one Kafka record (no key, no headers, no
-// timestamps: -1). The batches are uncompressed and CRC-32C checked on
-// receipt.
+// Fetch request and response (kmsg), the records as the record batches
+// (magic 2) the producers sent, each an isr.Batch in its raw form
+// (Batch.Raw: the bytes, Count: its offsets), stored and served unchanged
+// but for the two header fields a broker owns, which lie outside the CRC:
+// the base offset and partition_leader_epoch, stamped by the log when the
+// batch is appended (stampBatch). Batches are CRC-32C checked when a
+// producer's arrive (checkBatch) and on a follower's receipt.
 
 // PartitionName is the isr partition name of a Kafka topic partition
 // ("orders-3").
@@ -63,18 +66,62 @@ const (
 	batchLogOverhead     = 12 // base offset and length: not counted by the length
 )
 
-// appendBatches encodes batches as Kafka record batches onto dst.
-func appendBatches(dst []byte, batches []isr.Batch) []byte {
-	for _, b := range batches {
-		dst = appendBatch(dst, b)
+// Record batch (magic 2) header fields the broker reads or writes.
+const (
+	batchPartitionLeaderEpochOffset = 12
+	batchMagicOffset                = 16
+	batchLastOffsetDeltaOffset      = 23
+	batchMaxTimestampOffset         = 35
+	batchRecordCountOffset          = 57
+)
+
+// errCorruptBatch: bytes that are not a valid record batch of magic 2.
+var errCorruptBatch = errors.New("isrnode: corrupt record batch")
+
+// checkBatch checks that raw is exactly one record batch of magic 2 with a
+// good CRC and as many records as offsets, and returns its offset count
+// (last offset delta + 1).
+func checkBatch(raw []byte) (int32, error) {
+	if len(raw) < batchHeaderLen {
+		return 0, fmt.Errorf("%w: %d bytes", errCorruptBatch, len(raw))
 	}
-	return dst
+	length := int64(int32(binary.BigEndian.Uint32(raw[batchLengthOffset:])))
+	if length+batchLogOverhead != int64(len(raw)) {
+		return 0, fmt.Errorf("%w: length %d in %d bytes", errCorruptBatch, length, len(raw))
+	}
+	if raw[batchMagicOffset] != 2 {
+		return 0, fmt.Errorf("%w: magic %d", errCorruptBatch, raw[batchMagicOffset])
+	}
+	if crc32.Checksum(raw[batchAttributesStart:], crc32c) != binary.BigEndian.Uint32(raw[batchCRCOffset:]) {
+		return 0, fmt.Errorf("%w: CRC mismatch", errCorruptBatch)
+	}
+	lastDelta := int32(binary.BigEndian.Uint32(raw[batchLastOffsetDeltaOffset:]))
+	records := int32(binary.BigEndian.Uint32(raw[batchRecordCountOffset:]))
+	if lastDelta < 0 || records != lastDelta+1 {
+		return 0, fmt.Errorf("%w: %d records, last offset delta %d", errCorruptBatch, records, lastDelta)
+	}
+	return lastDelta + 1, nil
 }
 
-func appendBatch(dst []byte, b isr.Batch) []byte {
-	var records []byte
-	var body []byte
-	for i, r := range b.Records {
+// stampBatch is the logs' disklog.RawStamp: it writes the base offset and
+// the leader epoch into the batch's header, as Kafka's leader does when it
+// appends (both lie outside the CRC, which therefore stands), and returns
+// the batch's max timestamp for the time index.
+func stampBatch(raw []byte, baseOffset int64, leaderEpoch int32) (int64, error) {
+	if len(raw) < batchHeaderLen || raw[batchMagicOffset] != 2 {
+		return 0, fmt.Errorf("%w: %d bytes", errCorruptBatch, len(raw))
+	}
+	binary.BigEndian.PutUint64(raw, uint64(baseOffset))
+	binary.BigEndian.PutUint32(raw[batchPartitionLeaderEpochOffset:], uint32(leaderEpoch))
+	return int64(binary.BigEndian.Uint64(raw[batchMaxTimestampOffset:])), nil
+}
+
+// encodeValues encodes values as one uncompressed record batch (no keys,
+// no headers, timestamp ts for every record), base offset and epoch left
+// for the log to stamp: what Manager.Append appends.
+func encodeValues(values [][]byte, ts int64) []byte {
+	var records, body []byte
+	for i, r := range values {
 		body = body[:0]
 		body = append(body, 0)                          // attributes
 		body = binary.AppendVarint(body, 0)             // timestamp delta
@@ -87,32 +134,26 @@ func appendBatch(dst []byte, b isr.Batch) []byte {
 		records = append(records, body...)
 	}
 	rb := kmsg.RecordBatch{
-		FirstOffset:          b.BaseOffset,
 		Length:               int32(batchHeaderLen - batchLogOverhead + len(records)),
-		PartitionLeaderEpoch: b.LeaderEpoch,
+		PartitionLeaderEpoch: -1,
 		Magic:                2,
-		LastOffsetDelta:      int32(len(b.Records) - 1),
-		FirstTimestamp:       -1,
-		MaxTimestamp:         -1,
+		LastOffsetDelta:      int32(len(values) - 1),
+		FirstTimestamp:       ts,
+		MaxTimestamp:         ts,
 		ProducerID:           -1,
 		ProducerEpoch:        -1,
 		FirstSequence:        -1,
-		NumRecords:           int32(len(b.Records)),
+		NumRecords:           int32(len(values)),
 		Records:              records,
 	}
-	start := len(dst)
-	dst = rb.AppendTo(dst)
-	binary.BigEndian.PutUint32(dst[start+batchCRCOffset:], crc32.Checksum(dst[start+batchAttributesStart:], crc32c))
+	dst := rb.AppendTo(nil)
+	binary.BigEndian.PutUint32(dst[batchCRCOffset:], crc32.Checksum(dst[batchAttributesStart:], crc32c))
 	return dst
 }
 
-// errCorruptBatch: fetched bytes that are not a valid uncompressed record
-// batch of magic 2.
-var errCorruptBatch = errors.New("isrnode: corrupt record batch in fetch response")
-
-// decodeBatches parses Kafka record batches back into isr.Batches. A
-// partial batch at the end (a fetch cut by size) is dropped, as a Kafka
-// follower drops it.
+// decodeBatches splits fetched record batches into raw isr.Batches (each
+// checked by checkBatch; the bytes are raw's, not copied). A partial batch
+// at the end (a fetch cut by size) is dropped, as a Kafka follower drops it.
 func decodeBatches(raw []byte) ([]isr.Batch, error) {
 	var out []isr.Batch
 	for len(raw) >= batchHeaderLen {
@@ -124,29 +165,40 @@ func decodeBatches(raw []byte) ([]isr.Batch, error) {
 		if size > int64(len(raw)) {
 			break
 		}
-		one := raw[:size]
+		one := raw[:size:size]
 		raw = raw[size:]
-		if crc32.Checksum(one[batchAttributesStart:], crc32c) != binary.BigEndian.Uint32(one[batchCRCOffset:]) {
-			return out, fmt.Errorf("%w: CRC mismatch", errCorruptBatch)
+		count, err := checkBatch(one)
+		if err != nil {
+			return out, err
 		}
-		var rb kmsg.RecordBatch
-		if err := rb.ReadFrom(one); err != nil {
-			return out, fmt.Errorf("%w: %v", errCorruptBatch, err)
+		out = append(out, isr.Batch{
+			BaseOffset:  int64(binary.BigEndian.Uint64(one)),
+			LeaderEpoch: int32(binary.BigEndian.Uint32(one[batchPartitionLeaderEpochOffset:])),
+			Raw:         one, Count: count,
+		})
+	}
+	return out, nil
+}
+
+// batchValues returns the values of an uncompressed raw batch's records
+// (tests read back what Manager.Append wrote).
+func batchValues(b isr.Batch) ([][]byte, error) {
+	var rb kmsg.RecordBatch
+	if err := rb.ReadFrom(b.Raw); err != nil {
+		return nil, fmt.Errorf("%w: %v", errCorruptBatch, err)
+	}
+	if rb.Attributes&0x07 != 0 {
+		return nil, fmt.Errorf("%w: compressed (attributes %#x)", errCorruptBatch, rb.Attributes)
+	}
+	var out [][]byte
+	rest := rb.Records
+	for range rb.NumRecords {
+		value, next, err := recordValue(rest)
+		if err != nil {
+			return nil, fmt.Errorf("%w: batch %d: %v", errCorruptBatch, rb.FirstOffset, err)
 		}
-		if rb.Magic != 2 || rb.Attributes&0x07 != 0 || rb.NumRecords <= 0 {
-			return out, fmt.Errorf("%w: magic %d, attributes %#x, %d records", errCorruptBatch, rb.Magic, rb.Attributes, rb.NumRecords)
-		}
-		b := isr.Batch{BaseOffset: rb.FirstOffset, LeaderEpoch: rb.PartitionLeaderEpoch, Records: make([][]byte, 0, rb.NumRecords)}
-		rest := rb.Records
-		for range rb.NumRecords {
-			value, next, err := recordValue(rest)
-			if err != nil {
-				return out, fmt.Errorf("%w: batch %d: %v", errCorruptBatch, rb.FirstOffset, err)
-			}
-			b.Records = append(b.Records, value)
-			rest = next
-		}
-		out = append(out, b)
+		out = append(out, value)
+		rest = next
 	}
 	return out, nil
 }
@@ -173,6 +225,14 @@ func errorCode(err error) int16 {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, errCorruptBatch):
+		return kerr.CorruptMessage.Code
+	case errors.Is(err, ErrOutOfOrderSequence):
+		return kerr.OutOfOrderSequenceNumber.Code
+	case errors.Is(err, ErrProducerFenced):
+		return kerr.InvalidProducerEpoch.Code
+	case errors.Is(err, context.DeadlineExceeded):
+		return kerr.RequestTimedOut.Code
 	case errors.Is(err, isr.ErrNotLeaderOrFollower):
 		return kerr.NotLeaderForPartition.Code
 	case errors.Is(err, isr.ErrFencedLeaderEpoch):
@@ -196,6 +256,15 @@ func errorCode(err error) int16 {
 	default:
 		return kerr.UnknownServerError.Code
 	}
+}
+
+// KafkaError is err as the Kafka error (a *kerr.Error) a front end
+// answers; nil for nil.
+func KafkaError(err error) error {
+	if code := errorCode(err); code != 0 {
+		return kerr.ErrorForCode(code)
+	}
+	return nil
 }
 
 // errorOf maps a Kafka error code of a fetch response back to the core's

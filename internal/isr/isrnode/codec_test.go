@@ -8,21 +8,43 @@ import (
 	"quire/internal/isr"
 )
 
-// TestBatchCodec: isr.Batches survive the trip through Kafka record batches
-// (empty and large records too); a trailing partial batch is dropped, a
-// flipped bit is caught by the CRC.
+// TestBatchCodec: a producer's batch is stamped with its base offset and
+// leader epoch without touching its CRC, and comes back whole from fetched
+// bytes (empty and large records too); a trailing partial batch is dropped,
+// a flipped bit is caught by the CRC.
 func TestBatchCodec(t *testing.T) {
-	batches := []isr.Batch{
-		{BaseOffset: 0, LeaderEpoch: 1, Records: [][]byte{[]byte("a"), {}, []byte("ccc")}},
-		{BaseOffset: 3, LeaderEpoch: 4, Records: [][]byte{make([]byte, 300)}},
+	values := [][][]byte{{[]byte("a"), {}, []byte("ccc")}, {make([]byte, 300)}}
+	var raw []byte
+	var want []isr.Batch
+	base := int64(0)
+	for i, v := range values {
+		b := encodeValues(v, 1000+int64(i))
+		count, err := checkBatch(b)
+		if err != nil || count != int32(len(v)) {
+			t.Fatalf("batch %d: %d records, %v", i, count, err)
+		}
+		ts, err := stampBatch(b, base, int32(i+1))
+		if err != nil || ts != 1000+int64(i) {
+			t.Fatalf("stamp batch %d: max timestamp %d, %v", i, ts, err)
+		}
+		if _, err := checkBatch(b); err != nil {
+			t.Fatalf("stamped batch %d: %v", i, err)
+		}
+		want = append(want, isr.Batch{BaseOffset: base, LeaderEpoch: int32(i + 1), Raw: b, Count: count})
+		raw = append(raw, b...)
+		base += int64(count)
 	}
-	raw := appendBatches(nil, batches)
 	got, err := decodeBatches(raw)
-	if err != nil || !reflect.DeepEqual(got, batches) {
-		t.Fatalf("round trip: %v, %+v; want %+v", err, got, batches)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip: %v, %+v; want %+v", err, got, want)
+	}
+	for i, b := range got {
+		if v, err := batchValues(b); err != nil || !reflect.DeepEqual(v, values[i]) {
+			t.Fatalf("batch %d values: %q, %v", i, v, err)
+		}
 	}
 	got, err = decodeBatches(raw[:len(raw)-1])
-	if err != nil || !reflect.DeepEqual(got, batches[:1]) {
+	if err != nil || !reflect.DeepEqual(got, want[:1]) {
 		t.Fatalf("with the last batch cut short: %v, %+v; want the first batch alone", err, got)
 	}
 	corrupt := append([]byte(nil), raw...)

@@ -10,9 +10,14 @@
 // records, ticks, produce and fetch requests go in, the core's Ready comes
 // out and is carried out here. A leader's ISR proposals go to the
 // controller (Controller, a CAS on the record there) and the answer back to
-// the core. The front end calls Append (acks 0, 1 or all, answered when the
-// core answers), Read (up to the replica's HW, leader or follower) and
-// Status (role, epochs, ISR, log start, HW and LEO).
+// the core. The front end calls AppendBatch or SubmitBatch with one Kafka
+// record batch as the producer sent it (acks 0, 1 or all, answered when
+// the core answers; the batch is stored as it came, but for its base
+// offset and leader epoch, which the log stamps outside the CRC), Read
+// (whole batches, from the one holding the offset asked for, up to the
+// replica's HW, leader or follower), Status (role, epochs, ISR, log start,
+// HW and LEO), WaitHighWatermark (a consumer's long-poll) and
+// OffsetForTimestamp (the log's time index).
 //
 // Replication (fetcher.go, serve.go): a follower's core asks for fetches;
 // one fetcher per source (leader) broker gathers those of every partition
@@ -29,7 +34,10 @@
 // Files: manager.go (the Manager: registration, the record watch, the API),
 // replica.go (one replica: its loop and the Ready it carries out),
 // fetcher.go (the follower side), serve.go (the leader side of Fetch),
-// codec.go (isr.Batch as Kafka record batches, error codes, names).
+// partition.go (what a Kafka partition over a replica needs),
+// producers.go (idempotent producers' retries and sequences),
+// codec.go (raw Kafka record batches: checks, stamping, splitting fetched
+// bytes; error codes, names).
 //
 // What it must never do: decide anything the core decides (leadership,
 // HW, ISR membership, truncation points), touch a core or its log off that

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -20,7 +21,8 @@ import (
 )
 
 // Controller is where a leader's ISR proposals go: the active controller
-// (*isrctl.Service in one process; a network hop to it later).
+// (*isrctl.Service in one process; isrctl.Client wherever it runs, through
+// the metadata store, as the broker wires it).
 type Controller interface {
 	AlterPartition(ctx context.Context, req isr.AlterPartitionRequest) (isr.AlterPartitionResponse, error)
 }
@@ -133,6 +135,10 @@ type Manager struct {
 	unclean   bool
 	lossEpoch int64
 
+	// isrShrinks and isrExpands count the ISR changes this broker's
+	// leaders proposed and the controller applied (Stats).
+	isrShrinks, isrExpands atomic.Int64
+
 	mu          sync.Mutex
 	closed      bool
 	session     meta.Session
@@ -159,13 +165,14 @@ func Start(cfg Config) (*Manager, error) {
 		cancel()
 		return nil, err
 	}
+	unclean := m.unclean // register clears it
 	sess, epoch, err := m.register(ctx)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	m.session, m.brokerEpoch = sess, epoch
-	m.log.Info("isr node: registered", "brokerEpoch", epoch, "uncleanShutdown", m.unclean)
+	m.log.Info("isr node: registered", "brokerEpoch", epoch, "uncleanShutdown", unclean)
 	m.wg.Add(2)
 	go m.watchPartitions()
 	go m.keepRegistered()
@@ -283,11 +290,13 @@ func (m *Manager) watchPartitions() {
 				break
 			}
 			for _, ev := range resp.Events {
-				if ev.Type == meta.EventPut {
+				switch ev.Type {
+				case meta.EventPut:
 					m.applyRecord(ev.Key, ev.Value)
+				case meta.EventDelete:
+					// Its topic was deleted: the replica goes, log and all.
+					m.removeReplica(strings.TrimPrefix(ev.Key, isr.PartitionPrefix))
 				}
-				// A deleted record (a deleted topic) leaves the replica
-				// as it is; deleting replicas is a later step.
 			}
 		}
 	}
@@ -325,6 +334,32 @@ func (m *Manager) applyRecord(key string, value []byte) {
 	_ = r.loop.Post(m.ctx, func() { r.core.ApplyState(st, time.Now()) })
 }
 
+// removeReplica stops partition's replica here, if any, and deletes its
+// log (the partition's record was deleted with its topic). A replica whose
+// record was deleted while this broker was down stays on disk until a
+// record names it again.
+func (m *Manager) removeReplica(partition string) {
+	m.mu.Lock()
+	r := m.replicas[partition]
+	if r == nil || m.closed {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.replicas, partition)
+	if !slices.ContainsFunc(m.replicaList(), func(o *replica) bool { return o.topic == r.topic }) {
+		delete(m.topics, m.cfg.TopicID(r.topic))
+	}
+	m.mu.Unlock()
+	if err := r.close(); err != nil {
+		m.log.Warn("isr node: close a deleted partition's replica", "partition", partition, "err", err)
+	}
+	if err := m.cfg.FS.RemoveAll(m.cfg.FS.PathJoin(m.cfg.Dir, partition)); err != nil {
+		m.log.Warn("isr node: delete a deleted partition's log", "partition", partition, "err", err)
+		return
+	}
+	m.log.Info("isr node: deleted the replica of a deleted partition", "partition", partition)
+}
+
 func (m *Manager) replicaList() []*replica {
 	out := make([]*replica, 0, len(m.replicas))
 	for _, r := range m.replicas {
@@ -343,6 +378,25 @@ func (m *Manager) replica(partition string) (*replica, error) {
 	return nil, fmt.Errorf("partition %s on broker %d: %w", partition, m.cfg.Broker, isr.ErrUnknownPartition)
 }
 
+// Stats is what the manager counts, for metrics.
+type Stats struct {
+	ISRShrinks, ISRExpands int64
+	// Replicas are the statuses of every replica here.
+	Replicas []Status
+}
+
+// Stats returns the counters and every replica's status.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	reps := m.replicaList()
+	m.mu.Unlock()
+	st := Stats{ISRShrinks: m.isrShrinks.Load(), ISRExpands: m.isrExpands.Load()}
+	for _, r := range reps {
+		st.Replicas = append(st.Replicas, r.Status())
+	}
+	return st
+}
+
 // BrokerEpoch is the broker's current registration epoch.
 func (m *Manager) BrokerEpoch() int64 {
 	m.mu.Lock()
@@ -358,15 +412,33 @@ func (m *Manager) BrokerEpoch() int64 {
 // answer. isr.ErrNotLeaderOrFollower when this broker does not lead it.
 // ctx's deadline bounds the acks=all wait (isr.ErrRequestTimedOut).
 func (m *Manager) Append(ctx context.Context, partition string, records [][]byte, acks int8) (int64, error) {
+	if len(records) == 0 {
+		return -1, fmt.Errorf("append to %s: no records: %w", partition, isr.ErrInvalidRequest)
+	}
+	return m.AppendBatch(ctx, partition, encodeValues(records, time.Now().UnixMilli()), acks)
+}
+
+// AppendBatch is Append for one Kafka record batch (magic 2) as a producer
+// sent it, stored as it is but for its base offset and leader epoch, which
+// the leader stamps. isr.ErrInvalidRequest (wrapping errCorruptBatch) when
+// the bytes are not one batch with a good CRC. The leader takes ownership
+// of batch (it is stamped in place).
+func (m *Manager) AppendBatch(ctx context.Context, partition string, batch []byte, acks int8) (int64, error) {
+	count, err := checkBatch(batch)
+	if err != nil {
+		return -1, fmt.Errorf("append to %s: %w: %w", partition, isr.ErrInvalidRequest, err)
+	}
 	r, err := m.replica(partition)
 	if err != nil {
 		return -1, err
 	}
-	return r.produce(ctx, records, acks)
+	return r.produce(ctx, batch, count, acks)
 }
 
-// Read returns up to maxBatches batches of partition from offset from on,
-// up to this replica's HW (leader or follower), with the replica's status.
+// Read returns up to maxBatches whole batches of partition, from the one
+// holding offset from (which may start before it, as in Kafka) up to this
+// replica's HW (leader or follower), with the replica's status: each
+// isr.Batch is raw (Batch.Raw: a Kafka record batch as stored).
 // isr.ErrOffsetOutOfRange outside [log start, HW].
 func (m *Manager) Read(ctx context.Context, partition string, from int64, maxBatches int) ([]isr.Batch, Status, error) {
 	r, err := m.replica(partition)

@@ -54,13 +54,18 @@ type replica struct {
 	fetches     map[uint64]chan isr.FetchResponse
 	truncations int64
 	logFailed   bool
+	producers   producerTable // idempotent producers' last batches (producers.go)
 
 	// mu guards status and changed, which other goroutines read.
 	mu     sync.Mutex
 	status Status
 	// changed is closed, and replaced, whenever status changes: a
-	// long-polling fetch waits on it.
-	changed chan struct{}
+	// long-polling fetch waits on it. hwChanged likewise when the HW, the
+	// role or the leader epoch changes, or the loop ends: a consumer's
+	// long-poll waits on it.
+	changed   chan struct{}
+	hwChanged chan struct{}
+	stopping  bool // the loop ended: waits end at once
 }
 
 // openReplica opens (or creates) the log of partition name and starts its
@@ -76,11 +81,14 @@ func (m *Manager) openReplica(name string, brokerEpoch int64) (*replica, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open the log of %s: %w", name, err)
 	}
-	r := &replica{m: m, name: name, disk: disk, log: disklog.NewISRLog(disk, time.Now), topic: topic, index: index,
+	r := &replica{m: m, name: name, disk: disk, log: disklog.NewRawISRLog(disk, stampBatch), topic: topic, index: index,
 		produces: map[uint64]chan isr.ProduceResponse{}, fetches: map[uint64]chan isr.FetchResponse{},
-		changed: make(chan struct{})}
+		changed: make(chan struct{}), hwChanged: make(chan struct{})}
 	rcfg := m.cfg.Replica
-	rcfg.Broker, rcfg.Partition, rcfg.BrokerEpoch, rcfg.Log = m.cfg.Broker, name, brokerEpoch, r.log
+	if err := r.producers.rebuild(disk); err != nil {
+		m.log.Warn("isr replica: rebuild the producer table", "partition", name, "err", err)
+	}
+	rcfg.Broker, rcfg.Partition, rcfg.BrokerEpoch, rcfg.Log = m.cfg.Broker, name, brokerEpoch, producerLog{r.log, &r.producers}
 	// The fetcher long-polls at the leader (Fetch's max_wait_ms), so a
 	// follower fetches again as soon as an answer is in: the core's backoff
 	// after an empty answer, which stands in for the long-poll, is the
@@ -121,7 +129,8 @@ func (r *replica) process() {
 			}
 		}
 		for _, a := range rd.AlterPartitions {
-			go r.alterPartition(a)
+			expand := len(a.NewISR) > len(r.core.State().ISR)
+			go r.alterPartition(a, expand)
 		}
 		for _, ev := range rd.Events {
 			if ev.Kind == isr.EventTruncated {
@@ -162,6 +171,10 @@ func (r *replica) publish() {
 	if st.same(r.status) {
 		return
 	}
+	if st.HighWatermark != r.status.HighWatermark || st.Role != r.status.Role || st.LeaderEpoch != r.status.LeaderEpoch {
+		close(r.hwChanged)
+		r.hwChanged = make(chan struct{})
+	}
 	r.status = st
 	close(r.changed)
 	r.changed = make(chan struct{})
@@ -187,6 +200,9 @@ func (r *replica) stopped() {
 	r.mu.Lock()
 	close(r.changed)
 	r.changed = make(chan struct{})
+	close(r.hwChanged)
+	r.hwChanged = make(chan struct{})
+	r.stopping = true
 	r.mu.Unlock()
 }
 
@@ -215,15 +231,49 @@ func (r *replica) run(ctx context.Context, f func()) error {
 	}
 }
 
-// produce appends records through the core and waits for its answer.
-func (r *replica) produce(ctx context.Context, records [][]byte, acks int8) (int64, error) {
+// produce appends one raw record batch of count offsets through the core
+// and waits for its answer.
+func (r *replica) produce(ctx context.Context, raw []byte, count int32, acks int8) (int64, error) {
+	answer, err := r.submit(ctx, raw, count, acks)
+	if err != nil {
+		return -1, err
+	}
+	select {
+	case a := <-answer:
+		return a.BaseOffset, a.Err
+	case <-ctx.Done():
+		return -1, fmt.Errorf("append to %s: %w", r.name, ctx.Err())
+	}
+}
+
+// Appended answers a submitted batch: its base offset, or why not.
+type Appended struct {
+	BaseOffset int64
+	Err        error
+}
+
+// submit hands one raw batch to the core (so batches submitted one after
+// another are appended in that order) and returns the channel its answer
+// arrives on: acks=1 once appended, acks=all once the HW passed it (or the
+// core's timeout, ctx's deadline, ran out), acks=0 at once. The loop's end
+// answers it too.
+func (r *replica) submit(ctx context.Context, raw []byte, count int32, acks int8) (<-chan Appended, error) {
 	ch := make(chan isr.ProduceResponse, 1)
 	var timeout time.Duration
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
 	base := int64(-1)
+	var dup *producedBatch
+	var refused error
 	err := r.run(ctx, func() {
+		if r.core.Role() == isr.RoleLeader {
+			if idem, ok := idempotenceOf(raw); ok {
+				if dup, refused = r.producers.check(idem); dup != nil || refused != nil {
+					return // a retry of a batch in the log, or refused
+				}
+			}
+		}
 		id := r.nextID()
 		if acks != isr.AcksNone {
 			r.produces[id] = ch
@@ -238,22 +288,62 @@ func (r *replica) produce(ctx context.Context, records [][]byte, acks int8) (int
 			base = -1
 			return
 		}
-		r.core.Produce(isr.ProduceRequest{ID: id, Partition: r.name, Acks: acks, Records: records, Timeout: timeout}, time.Now())
+		r.core.Produce(isr.ProduceRequest{ID: id, Partition: r.name, Acks: acks, Raw: raw, Count: count, Timeout: timeout}, time.Now())
 	})
 	if err != nil {
-		return -1, fmt.Errorf("append to %s: %w", r.name, err)
+		return nil, fmt.Errorf("append to %s: %w", r.name, err)
+	}
+	out := make(chan Appended, 1)
+	switch {
+	case refused != nil:
+		out <- Appended{BaseOffset: -1, Err: fmt.Errorf("append to %s: %w", r.name, refused)}
+		return out, nil
+	case dup != nil:
+		go r.answerDuplicate(ctx, *dup, acks, out)
+		return out, nil
 	}
 	if acks == isr.AcksNone {
-		return base, nil
+		out <- Appended{BaseOffset: base}
+		return out, nil
 	}
-	select {
-	case resp := <-ch:
+	go func() {
+		resp := <-ch
 		if resp.Err != nil {
-			return -1, fmt.Errorf("append to %s: %w", r.name, resp.Err)
+			out <- Appended{BaseOffset: -1, Err: fmt.Errorf("append to %s: %w", r.name, resp.Err)}
+			return
 		}
-		return resp.BaseOffset, nil
-	case <-ctx.Done():
-		return -1, fmt.Errorf("append to %s: %w", r.name, ctx.Err())
+		out <- Appended{BaseOffset: resp.BaseOffset}
+	}()
+	return out, nil
+}
+
+// answerDuplicate answers a retried batch with the first offset it has in
+// the log: at once for acks 0 and 1; for acks=all once the HW passed it
+// (the first attempt may not be committed yet), or NOT_LEADER_OR_FOLLOWER
+// if this replica stops leading first, or REQUEST_TIMED_OUT at ctx's end.
+func (r *replica) answerDuplicate(ctx context.Context, dup producedBatch, acks int8, out chan<- Appended) {
+	if acks != isr.AcksAll {
+		out <- Appended{BaseOffset: dup.base}
+		return
+	}
+	for {
+		r.mu.Lock()
+		st, changed, stopping := r.status, r.hwChanged, r.stopping
+		r.mu.Unlock()
+		switch {
+		case st.HighWatermark >= dup.next:
+			out <- Appended{BaseOffset: dup.base}
+			return
+		case st.Role != isr.RoleLeader || stopping:
+			out <- Appended{BaseOffset: -1, Err: fmt.Errorf("append to %s: %w", r.name, isr.ErrNotLeaderOrFollower)}
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			out <- Appended{BaseOffset: -1, Err: fmt.Errorf("append to %s: %w", r.name, isr.ErrRequestTimedOut)}
+			return
+		}
 	}
 }
 
@@ -284,7 +374,8 @@ func (r *replica) fetch(ctx context.Context, req isr.FetchRequest) (isr.FetchRes
 	}
 }
 
-// read returns up to maxBatches batches from offset from, cut at the HW: a
+// read returns up to maxBatches whole batches from the one holding offset
+// from, none past the HW: a
 // consumer's read, on the leader or a follower (which serves up to its own
 // HW, as KIP-392's follower fetching does).
 func (r *replica) read(ctx context.Context, from int64, maxBatches int) ([]isr.Batch, Status, error) {
@@ -311,15 +402,13 @@ func (r *replica) read(ctx context.Context, from int64, maxBatches int) ([]isr.B
 	return out, st, nil
 }
 
-// cutBatches drops every record at or past limit.
+// cutBatches drops every batch that ends past limit (the HW: a batch
+// boundary, as followers fetch whole batches; a batch is never cut).
 func cutBatches(batches []isr.Batch, limit int64) []isr.Batch {
 	out := batches[:0]
 	for _, b := range batches {
-		if b.BaseOffset >= limit {
-			break
-		}
 		if b.NextOffset() > limit {
-			b.Records = b.Records[:limit-b.BaseOffset]
+			break
 		}
 		out = append(out, b)
 	}
@@ -328,12 +417,19 @@ func cutBatches(batches []isr.Batch, limit int64) []isr.Batch {
 
 // alterPartition sends an ISR proposal to the controller and feeds the
 // answer back (its own goroutine: the store's CAS takes a round trip).
-func (r *replica) alterPartition(req isr.AlterPartitionRequest) {
+func (r *replica) alterPartition(req isr.AlterPartitionRequest, expand bool) {
 	ctx, cancel := context.WithTimeout(r.m.ctx, r.m.cfg.AlterPartitionTimeout)
 	defer cancel()
 	resp, err := r.m.cfg.Controller.AlterPartition(ctx, req)
 	if err != nil && resp.Err == nil {
 		resp.Err = fmt.Errorf("alter partition %s: %w", req.Partition, err)
+	}
+	switch {
+	case resp.Err != nil:
+	case expand:
+		r.m.isrExpands.Add(1)
+	default:
+		r.m.isrShrinks.Add(1)
 	}
 	// The controller numbers requests its own way; the core matches its own.
 	resp.ID, resp.Partition, resp.To = req.ID, req.Partition, req.Broker

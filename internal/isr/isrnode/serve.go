@@ -112,7 +112,7 @@ func (m *Manager) HandleReplicaFetch(ctx context.Context, req *kmsg.FetchRequest
 			var records []byte
 			for i, b := range res.Batches {
 				before := len(records)
-				records = appendBatch(records, b)
+				records = append(records, b.Raw...)
 				if i > 0 && len(records) > limit || total > 0 && len(records) > limit {
 					records = records[:before]
 					break

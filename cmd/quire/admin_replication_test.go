@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"quire/internal/catalog"
+	"quire/internal/isr"
+	"quire/internal/meta"
+)
+
+// TestAdminReplicationAndDescribe: set-replication puts a namespace in ISR
+// mode (defaults filled, invalid settings refused), topics lists each
+// topic's mode, and topics describe shows an ISR topic's partitions as
+// kafka-topics --describe does.
+func TestAdminReplicationAndDescribe(t *testing.T) {
+	ep := startTestMeta(t)
+	m := "--meta-endpoints=" + strings.TrimPrefix(ep, "http://")
+	runAdmin(t, "tenants", "create", "acme", m)
+	runAdmin(t, "namespaces", "create", "acme/orders", m)
+	out := runAdmin(t, "namespaces", "set-replication", "acme/orders", "--mode", "isr", m)
+	for _, want := range []string{`"mode": "isr"`, `"factor": 3`, `"minInSyncReplicas": 2`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("set-replication lacks %s:\n%s", want, out)
+		}
+	}
+	root := newRootCommand()
+	root.SetArgs([]string{"admin", "namespaces", "set-replication", "acme/orders", "--mode", "isr", "--replication-factor", "2", "--min-insync-replicas", "3", m})
+	root.SetOut(&strings.Builder{})
+	root.SetErr(&strings.Builder{})
+	if err := root.Execute(); err == nil {
+		t.Fatal("min.insync.replicas 3 above a replication factor of 2 accepted")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{ep}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cat := catalog.New(store)
+	if _, err := cat.CreateTopic(ctx, "acme/orders", "old", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 2, nil, catalog.ModeISR, 3); err != nil {
+		t.Fatal(err)
+	}
+	st := isr.PartitionState{Partition: "new-0", Replicas: []isr.BrokerID{1, 2, 3}, Leader: 2, LeaderEpoch: 4,
+		ISR: []isr.Member{{ID: 2, BrokerEpoch: 1}, {ID: 3, BrokerEpoch: 1}}, ELR: []isr.Member{{ID: 1, BrokerEpoch: 1}}}
+	if _, err := store.Create(ctx, isr.PartitionKey("new-0"), st.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	out = runAdmin(t, "topics", "acme/orders", m)
+	if !strings.Contains(out, "old    ledger") || !strings.Contains(out, "new    isr") {
+		t.Fatalf("topics:\n%s", out)
+	}
+	out = runAdmin(t, "topics", "describe", "acme/orders", "new", m)
+	for _, want := range []string{"PartitionCount: 2\tReplicationFactor: 3\tMode: isr",
+		"Partition: 0\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3\tElr: 1\tLeaderEpoch: 4\tUnderReplicated: true",
+		"Partition: 1\t(no record yet)"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("describe lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package broker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"quire/internal/isr"
+	"quire/internal/isr/isrnode"
+	"quire/internal/kafka"
+)
+
+// isrPartition is an ISR-mode partition led by this broker, as the Kafka
+// front end sees it: produce and fetch go to the replica here (isrnode).
+//
+// Idempotent producers' retries and sequences are checked by the replica
+// (isrnode's producer table). Deviations from Kafka: message.timestamp.type
+// is CreateTime only (LogAppendTime is -1); ListOffsets' max timestamp is
+// the last batch's below the HW, not the largest of the log; no
+// transactions.
+type isrPartition struct {
+	m    *isrnode.Manager
+	name string
+}
+
+var _ kafka.Partition = (*isrPartition)(nil)
+
+// Append implements kafka.Partition: the batch is handed to the leader's
+// core before it returns (so a connection's batches keep their order),
+// with the produce request's acks (acks=all by default); the answer comes
+// when the core gives it: acks=1 once appended here, acks=all once the HW
+// passed it.
+func (p *isrPartition) Append(ctx context.Context, batch []byte) <-chan kafka.AppendResult {
+	out := make(chan kafka.AppendResult, 1)
+	acks := isr.AcksAll
+	if a, ok := kafka.AcksFrom(ctx); ok {
+		acks = int8(a)
+	}
+	answer, err := p.m.SubmitBatch(ctx, p.name, batch, acks)
+	if err != nil {
+		out <- kafka.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1, Err: isrnode.KafkaError(err)}
+		return out
+	}
+	go func() {
+		a := <-answer
+		res := kafka.AppendResult{BaseOffset: a.BaseOffset, LogAppendTime: -1, LogStartOffset: p.LogStartOffset(), Err: isrnode.KafkaError(a.Err)}
+		if res.Err != nil {
+			res.BaseOffset = -1
+		}
+		out <- res
+	}()
+	return out
+}
+
+// Read implements kafka.Partition: whole batches as stored, from the one
+// holding offset, up to the HW.
+func (p *isrPartition) Read(ctx context.Context, offset int64, maxBytes int32) (kafka.ReadResult, error) {
+	st, err := p.m.Status(p.name)
+	if err != nil {
+		return kafka.ReadResult{}, kerr.NotLeaderForPartition
+	}
+	res := kafka.ReadResult{HighWatermark: st.HighWatermark, LastStableOffset: st.HighWatermark, LogStartOffset: st.LogStartOffset}
+	size := 0
+	for from := offset; ; {
+		batches, st, err := p.m.Read(ctx, p.name, from, 64)
+		if err != nil {
+			if len(res.Batches) > 0 {
+				return res, nil
+			}
+			if errors.Is(err, isr.ErrOffsetOutOfRange) {
+				return res, kerr.OffsetOutOfRange
+			}
+			return res, isrnode.KafkaError(err)
+		}
+		res.HighWatermark, res.LastStableOffset, res.LogStartOffset = st.HighWatermark, st.HighWatermark, st.LogStartOffset
+		for _, b := range batches {
+			if size > 0 && size+len(b.Raw) > int(maxBytes) {
+				return res, nil
+			}
+			res.Batches = append(res.Batches, b.Raw)
+			size += len(b.Raw)
+			from = b.NextOffset()
+		}
+		if len(batches) == 0 || from >= st.HighWatermark || size >= int(maxBytes) {
+			return res, nil
+		}
+	}
+}
+
+// HighWatermark implements kafka.Partition.
+func (p *isrPartition) HighWatermark() int64 {
+	st, err := p.m.Status(p.name)
+	if err != nil {
+		return -1
+	}
+	return st.HighWatermark
+}
+
+// LogStartOffset implements kafka.Partition.
+func (p *isrPartition) LogStartOffset() int64 {
+	st, err := p.m.Status(p.name)
+	if err != nil {
+		return -1
+	}
+	return st.LogStartOffset
+}
+
+// Wait implements kafka.Partition: closed once the HW passes offset or
+// the replica's role or epoch changes.
+func (p *isrPartition) Wait(offset int64) <-chan struct{} {
+	return p.m.WaitHighWatermark(p.name, offset)
+}
+
+// OffsetForTimestamp implements kafka.Partition through the log's time
+// index.
+func (p *isrPartition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, error) {
+	off, at, err := p.m.OffsetForTimestamp(ctx, p.name, ts)
+	return off, at, isrnode.KafkaError(err)
+}
+
+// MaxTimestamp implements kafka.Partition (see the type's deviations).
+func (p *isrPartition) MaxTimestamp(ctx context.Context) (int64, int64, error) {
+	off, at, err := p.m.LastBatchTimestamp(ctx, p.name)
+	return off, at, isrnode.KafkaError(err)
+}

@@ -1,0 +1,112 @@
+package isrnode
+
+import (
+	"context"
+	"fmt"
+
+	"quire/internal/isr"
+)
+
+// What a Kafka partition over a replica needs beyond Append and Read (the
+// broker's kafka.Partition, internal/broker/isrpartition.go): appends
+// submitted in order and answered later, a consumer's long-poll on the HW,
+// and ListOffsets by time.
+
+// SubmitBatch is AppendBatch without the wait: the batch is handed to the
+// leader's core before it returns (so batches submitted one after another
+// are appended in that order), and its answer arrives on the channel.
+func (m *Manager) SubmitBatch(ctx context.Context, partition string, batch []byte, acks int8) (<-chan Appended, error) {
+	count, err := checkBatch(batch)
+	if err != nil {
+		return nil, fmt.Errorf("append to %s: %w: %w", partition, isr.ErrInvalidRequest, err)
+	}
+	r, err := m.replica(partition)
+	if err != nil {
+		return nil, err
+	}
+	return r.submit(ctx, batch, count, acks)
+}
+
+// WaitHighWatermark returns a channel closed once partition's HW here is
+// past offset, or its role or leader epoch changed, or it stopped (or is
+// not here): the consumer's long-poll, which then reads again.
+func (m *Manager) WaitHighWatermark(partition string, offset int64) <-chan struct{} {
+	r, err := m.replica(partition)
+	if err != nil {
+		return closedChan
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.status.HighWatermark > offset || r.stopping {
+		return closedChan
+	}
+	return r.hwChanged
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// OffsetForTimestamp is ListOffsets by time on partition's replica here:
+// the first offset whose batch has a max timestamp ≥ ts, and that
+// timestamp, below the HW; (-1, -1) when none.
+func (m *Manager) OffsetForTimestamp(ctx context.Context, partition string, ts int64) (int64, int64, error) {
+	r, err := m.replica(partition)
+	if err != nil {
+		return -1, -1, err
+	}
+	offset, timestamp := int64(-1), int64(-1)
+	var rerr error
+	err = r.run(ctx, func() {
+		hw := r.core.HighWatermark()
+		at, ok, err := r.disk.OffsetForTimestamp(ts)
+		if err != nil || !ok || at >= hw {
+			rerr = err
+			return
+		}
+		batches, err := r.disk.ReadRaw(at, 1)
+		if err != nil || len(batches) == 0 {
+			rerr = err
+			return
+		}
+		offset, timestamp = at, batches[0].MaxTimestamp
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return -1, -1, fmt.Errorf("offset for timestamp %d in %s: %w", ts, partition, err)
+	}
+	return offset, timestamp, nil
+}
+
+// LastBatchTimestamp is ListOffsets' max timestamp as far as this replica
+// answers it: the last offset below the HW and its batch's max timestamp
+// ((-1, -1) when nothing is below the HW). Kafka tracks the largest
+// timestamp of the log instead; with producers' clocks moving forward the
+// two agree.
+func (m *Manager) LastBatchTimestamp(ctx context.Context, partition string) (int64, int64, error) {
+	r, err := m.replica(partition)
+	if err != nil {
+		return -1, -1, err
+	}
+	offset, timestamp := int64(-1), int64(-1)
+	var rerr error
+	err = r.run(ctx, func() {
+		hw := r.core.HighWatermark()
+		if hw <= r.disk.LogStartOffset() {
+			return
+		}
+		batches, err := r.disk.ReadRaw(hw-1, 1)
+		if err != nil || len(batches) == 0 {
+			rerr = err
+			return
+		}
+		offset, timestamp = hw-1, batches[0].MaxTimestamp
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return -1, -1, fmt.Errorf("max timestamp of %s: %w", partition, err)
+	}
+	return offset, timestamp, nil
+}
