@@ -86,6 +86,8 @@ type pulsarBackend struct {
 
 	mu     sync.Mutex
 	topics map[string]*pulsarTopic // by topic name, loading or loaded
+	// memTopics are the non-persistent topics (pulsar_nonpersistent.go).
+	memTopics map[string]*pulsarMemTopic
 
 	// rates samples the front end's counters for the admin API's rates
 	// (pulsar_metrics.go).
@@ -108,9 +110,11 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 	if _, _, err := net.SplitHostPort(adv); err != nil {
 		return fmt.Errorf("advertised Pulsar address: %w", err)
 	}
-	pb := &pulsarBackend{b: b, url: "pulsar://" + adv, topics: map[string]*pulsarTopic{}, rates: newRateSampler()}
+	pb := &pulsarBackend{b: b, url: "pulsar://" + adv, topics: map[string]*pulsarTopic{},
+		memTopics: map[string]*pulsarMemTopic{}, rates: newRateSampler()}
 	srv, err := pulsar.New(pulsar.Config{Backend: pb, AdvertisedURL: pb.url, Logger: b.cfg.Logger,
-		MaxMessageSize: min(pulsar.DefaultMaxMessageSize, maxEntryBatch), MaxUnackedPerConsumer: b.cfg.PulsarMaxUnackedPerConsumer,
+		// An entry may exceed MaxMessageSize by the frame padding (10 KiB).
+		MaxMessageSize: min(pulsar.DefaultMaxMessageSize, maxEntryBatch-16<<10), MaxUnackedPerConsumer: b.cfg.PulsarMaxUnackedPerConsumer,
 		// Unique across brokers and restarts: the session (lease) id never
 		// repeats, and deduplication keys on producer names.
 		ProducerNamePrefix: fmt.Sprintf("%s-%d-%x", b.cfg.ClusterID, b.ID(), b.session.ID())})
@@ -149,6 +153,7 @@ func (b *Broker) closePulsar() {
 	}
 	pb.server.Close()
 	pb.dropWhere(func(*pulsarTopic) bool { return true })
+	pb.dropMemTopicsWhere(func(*pulsarMemTopic) bool { return true })
 }
 
 // releasePulsar closes the Pulsar topics of a bundle this broker no longer
@@ -157,6 +162,7 @@ func (b *Broker) closePulsar() {
 func (b *Broker) releasePulsar(bundle catalog.Bundle) {
 	if pb := b.pulsar.Load(); pb != nil {
 		pb.dropWhere(func(t *pulsarTopic) bool { return t.bundle == bundle })
+		pb.dropMemTopicsWhere(func(t *pulsarMemTopic) bool { return t.bundle == bundle })
 	}
 }
 
@@ -187,9 +193,11 @@ func (b *Broker) CreatePartitionedTopic(ctx context.Context, topic string, parti
 }
 
 // parsePulsarTopic splits persistent://tenant/ns/local and checks it.
+// Non-persistent topics (served only through the binary protocol:
+// pulsar_nonpersistent.go) are refused.
 func parsePulsarTopic(topic string) (ns, local string, err error) {
-	if strings.HasPrefix(topic, "non-persistent://") {
-		return "", "", fmt.Errorf("%w: %s: non-persistent topics are not supported", pulsar.ErrNotAllowed, topic)
+	if strings.HasPrefix(topic, nonPersistentScheme) {
+		return "", "", fmt.Errorf("%w: %s: non-persistent topics are served only over the binary protocol", pulsar.ErrNotAllowed, topic)
 	}
 	ns, err = catalog.NamespaceOf(topic)
 	if err != nil {
@@ -221,10 +229,12 @@ func pulsarErr(err error, fallback error) error {
 		return fmt.Errorf("%w: %v", pulsar.ErrServiceNotReady, err)
 	case errors.Is(err, mlog.ErrNoSuchCursor):
 		return fmt.Errorf("%w: %v", pulsar.ErrSubscriptionNotFound, err)
-	case errors.Is(err, mlog.ErrBacklogQuotaExceeded), errors.Is(err, mlog.ErrBacklogQuotaHoldTimeout):
+	case errors.Is(err, mlog.ErrBacklogQuotaExceeded):
+		return fmt.Errorf("%w: %v", pulsar.ErrProducerBlockedQuota, err)
+	case errors.Is(err, mlog.ErrBacklogQuotaHoldTimeout):
 		return fmt.Errorf("%w: %v", pulsar.ErrNotAllowed, err)
 	}
-	for _, known := range []error{pulsar.ErrTopicNotFound, pulsar.ErrNotAllowed, pulsar.ErrServiceNotReady,
+	for _, known := range []error{pulsar.ErrTopicNotFound, pulsar.ErrNotAllowed, pulsar.ErrServiceNotReady, pulsar.ErrProducerBlockedQuota,
 		pulsar.ErrInvalidTopicName, pulsar.ErrPersistence, pulsar.ErrMetadata, pulsar.ErrSubscriptionNotFound} {
 		if errors.Is(err, known) {
 			return err
@@ -236,6 +246,7 @@ func pulsarErr(err error, fallback error) error {
 // Lookup implements pulsar.Backend: the owner of the topic's bundle,
 // assigned now when it has none.
 func (pb *pulsarBackend) Lookup(ctx context.Context, topic string) (pulsar.LookupResult, error) {
+	topic, _ = persistentNamesake(topic) // the bundle that owns it
 	if _, _, err := parsePulsarTopic(topic); err != nil {
 		return pulsar.LookupResult{}, err
 	}
@@ -273,6 +284,10 @@ func (pb *pulsarBackend) owner(ctx context.Context, topic string) (ownership.Mem
 
 // PartitionedMetadata implements pulsar.Backend.
 func (pb *pulsarBackend) PartitionedMetadata(ctx context.Context, topic string) (int, error) {
+	if namesake, nonPersistent := persistentNamesake(topic); nonPersistent {
+		_, _, err := parsePulsarTopic(namesake)
+		return 0, err // never partitioned
+	}
 	ns, local, err := parsePulsarTopic(topic)
 	if err != nil {
 		return 0, err
@@ -296,6 +311,13 @@ func kafkaTopicErr(topic string) error {
 // Topic implements pulsar.Backend: the topic, loaded (taken over) the
 // first time, when this broker owns its bundle.
 func (pb *pulsarBackend) Topic(ctx context.Context, name string, create bool) (pulsar.Topic, error) {
+	if _, nonPersistent := persistentNamesake(name); nonPersistent {
+		t, err := pb.memTopic(ctx, name, create)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
 	t, err := pb.topic(ctx, name, create, false)
 	if err != nil {
 		return nil, err // not a typed nil

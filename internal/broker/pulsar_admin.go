@@ -21,7 +21,13 @@ package broker
 //     .../subscription/{sub}, POST .../subscription/{sub}/skip/{n},
 //     .../resetcursor/{timestamp}, .../resetcursor (a message id body),
 //     .../expireMessages/{seconds}; on a partitioned topic each applies to
-//     every partition.
+//     every partition;
+//   - messages: GET .../{topic}/ledger/{ledger}/entry/{entry} (one entry by
+//     its message id); PUT .../{topic}/unload (every partition of a
+//     partitioned topic): the topic is closed, its clients look it up again
+//     and the owner loads it afresh;
+//   - schemas: GET /admin/v2/schemas/{t}/{ns}/{topic}/schema (and
+//     .../schema/{version}), DELETE .../schema (pulsar_schema.go).
 //
 // Errors answer as Pulsar's do: a JSON body {"reason": "..."} with 404 for
 // what does not exist, 409 for what exists already (or is not empty), 412
@@ -190,6 +196,11 @@ func (b *Broker) PulsarAdmin() http.Handler {
 	h("POST "+topic+"/subscription/{sub}/resetcursor/{timestamp}", a.resetByTime)
 	h("POST "+topic+"/subscription/{sub}/resetcursor", a.resetByID)
 	h("POST "+topic+"/subscription/{sub}/expireMessages/{seconds}", a.expire)
+	h("GET "+topic+"/ledger/{ledger}/entry/{entry}", a.getMessageByID)
+	h("PUT "+topic+"/unload", a.unloadTopic)
+	h("DELETE /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", a.deleteSchema)
+	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", a.getSchema)
+	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema/{version}", a.getSchema)
 	return mux
 }
 
@@ -460,7 +471,10 @@ func (a *pulsarAdmin) pulsarTopics(ctx context.Context, ns string) ([]string, ma
 func (pb *pulsarBackend) TopicsOfNamespace(ctx context.Context, ns string) ([]string, error) {
 	topics, _, err := pulsarTopicsOf(ctx, pb.b, ns)
 	if errors.Is(err, catalog.ErrNamespaceNotFound) {
-		return nil, fmt.Errorf("%w: namespace %s", pulsar.ErrNotAllowed, ns)
+		// Pulsar answers the binary protocol's listing of a namespace that
+		// does not exist with no topics (its HTTP listing says 404); an
+		// error here makes pattern consumers retry until they time out.
+		return nil, nil
 	}
 	return topics, err
 }
@@ -617,11 +631,23 @@ func (a *pulsarAdmin) deleteLocal(ctx context.Context, pb *pulsarBackend, name s
 	return mlogclient.Delete(ctx, a.b.cfg.Store, a.b.cfg.Ledgers, pulsarStorageName(name))
 }
 
-// partitionCount reads the body of a partitions request: a bare integer.
+// partitionCount reads the body of a partitions request: a bare integer
+// (pulsar-admin, the Java admin client) or {"partitions": n, "properties":
+// {...}} (the Go admin client); the properties are not kept.
 func partitionCount(w http.ResponseWriter, r *http.Request) (int, error) {
-	var n int
-	if err := decodeBody(w, r, &n, true); err != nil {
+	var body json.RawMessage
+	if err := decodeBody(w, r, &body, true); err != nil {
 		return 0, err
+	}
+	var n int
+	if err := json.Unmarshal(body, &n); err != nil {
+		var md struct {
+			Partitions *int `json:"partitions"`
+		}
+		if err := json.Unmarshal(body, &md); err != nil || md.Partitions == nil {
+			return 0, restErrorf(http.StatusBadRequest, "bad JSON body: want a partition count or {\"partitions\": n}")
+		}
+		n = *md.Partitions
 	}
 	if n < 1 || n > MaxPartitionsPerTopic {
 		return 0, restErrorf(http.StatusPreconditionFailed, "%d partitions: want 1..%d", n, MaxPartitionsPerTopic)
@@ -769,4 +795,15 @@ func (a *pulsarAdmin) lookup(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]string{"brokerUrl": brokerURL, "nativeUrl": brokerURL, "httpUrl": httpURL,
 		"brokerUrlTls": "", "httpUrlTls": ""})
 	return nil
+}
+
+// unloadTopic closes a topic (each partition of a partitioned one) where
+// it is served; its producers and consumers are told (CLOSE_PRODUCER,
+// CLOSE_CONSUMER), look it up again and reconnect, and the owner loads it
+// afresh, as after a bundle unload.
+func (a *pulsarAdmin) unloadTopic(w http.ResponseWriter, r *http.Request) error {
+	return a.subscriptionOp(w, r, func(_ context.Context, t *pulsarTopic) error {
+		t.pb.drop(t)
+		return nil
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 
 	"quire/internal/catalog"
 	"quire/internal/ownership"
@@ -83,10 +85,25 @@ type retentionJSON struct {
 }
 
 type backlogQuotaJSON struct {
-	Limit     *int64 `json:"limit,omitempty"` // Pulsar's older name of limitSize
-	LimitSize int64  `json:"limitSize"`
-	LimitTime int64  `json:"limitTime"`
-	Policy    string `json:"policy"`
+	Limit     *lenientInt64 `json:"limit,omitempty"` // Pulsar's older name of limitSize
+	LimitSize lenientInt64  `json:"limitSize"`
+	LimitTime lenientInt64  `json:"limitTime"`
+	Policy    string        `json:"policy"`
+}
+
+// lenientInt64 reads a JSON number or a string holding one, as Pulsar's
+// JSON mapper does ({"limit": "10240"} is what pulsar-client-go's tests
+// send).
+type lenientInt64 int64
+
+func (n *lenientInt64) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("not an integer: %s", b)
+	}
+	*n = lenientInt64(v)
+	return nil
 }
 
 type bundlesJSON struct {
@@ -113,10 +130,10 @@ func toPersistenceJSON(p catalog.Persistence) persistenceJSON {
 func backlogQuotaMap(q catalog.BacklogQuota) map[string]backlogQuotaJSON {
 	m := map[string]backlogQuotaJSON{}
 	if q.LimitBytes >= 0 {
-		m["destination_storage"] = backlogQuotaJSON{LimitSize: q.LimitBytes, LimitTime: -1, Policy: string(q.Policy)}
+		m["destination_storage"] = backlogQuotaJSON{LimitSize: lenientInt64(q.LimitBytes), LimitTime: -1, Policy: string(q.Policy)}
 	}
 	if q.LimitTimeSeconds >= 0 {
-		m["message_age"] = backlogQuotaJSON{LimitSize: -1, LimitTime: q.LimitTimeSeconds, Policy: string(q.Policy)}
+		m["message_age"] = backlogQuotaJSON{LimitSize: -1, LimitTime: lenientInt64(q.LimitTimeSeconds), Policy: string(q.Policy)}
 	}
 	return m
 }
@@ -226,12 +243,12 @@ func (a *pulsarAdmin) setBacklogQuota(w http.ResponseWriter, r *http.Request) er
 			p.BacklogQuota.Policy = catalog.BacklogQuotaPolicy(body.Policy)
 		}
 		if kind == "message_age" {
-			p.BacklogQuota.LimitTimeSeconds = body.LimitTime
+			p.BacklogQuota.LimitTimeSeconds = int64(body.LimitTime)
 			return nil
 		}
-		p.BacklogQuota.LimitBytes = body.LimitSize
+		p.BacklogQuota.LimitBytes = int64(body.LimitSize)
 		if body.Limit != nil && body.LimitSize == 0 {
-			p.BacklogQuota.LimitBytes = *body.Limit
+			p.BacklogQuota.LimitBytes = int64(*body.Limit)
 		}
 		return nil
 	})

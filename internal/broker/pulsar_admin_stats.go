@@ -38,6 +38,9 @@ type publisherStatsJSON struct {
 	AverageMsgSize  float64 `json:"averageMsgSize"`
 	MsgInCounter    int64   `json:"msgInCounter"`
 	BytesInCounter  int64   `json:"bytesInCounter"`
+	ClientVersion   string  `json:"clientVersion"`
+	// Metadata is the producer's properties, {} when none (as Pulsar).
+	Metadata map[string]string `json:"metadata"`
 }
 
 type consumerStatsJSON struct {
@@ -49,6 +52,9 @@ type consumerStatsJSON struct {
 	MsgRateOut                   float64 `json:"msgRateOut"`
 	MsgThroughputOut             float64 `json:"msgThroughputOut"`
 	MsgRateRedeliver             float64 `json:"msgRateRedeliver"`
+	// Metadata is the consumer's properties, {} when it has none (as
+	// Pulsar).
+	Metadata map[string]string `json:"metadata"`
 }
 
 type subscriptionStatsJSON struct {
@@ -65,6 +71,7 @@ type subscriptionStatsJSON struct {
 	UnackedMessages                    int64               `json:"unackedMessages"`
 	BlockedSubscriptionOnUnackedMsgs   bool                `json:"blockedSubscriptionOnUnackedMsgs"`
 	NonContiguousDeletedMessagesRanges int                 `json:"nonContiguousDeletedMessagesRanges"`
+	ActiveConsumerName                 string              `json:"activeConsumerName,omitempty"`
 	Consumers                          []consumerStatsJSON `json:"consumers"`
 }
 
@@ -189,7 +196,8 @@ func (a *pulsarAdmin) topicStats(ctx context.Context, t *pulsarTopic) (topicStat
 	for _, p := range fe.Producers {
 		ps := publisherStatsJSON{AccessMode: "Shared", ProducerID: p.ID, ProducerName: p.Name, Address: p.Address,
 			MsgRateIn: rate(rateKeyProducerIn(p.Name)), MsgThroughputIn: rate(rateKeyProducerBytes(p.Name)),
-			MsgInCounter: p.MsgIn, BytesInCounter: p.BytesIn}
+			MsgInCounter: p.MsgIn, BytesInCounter: p.BytesIn, ClientVersion: p.ClientVersion,
+			Metadata: nonNilMap(p.Metadata)}
 		if p.Exclusive {
 			ps.AccessMode = "Exclusive"
 		}
@@ -228,9 +236,11 @@ func (a *pulsarAdmin) topicStats(ctx context.Context, t *pulsarTopic) (topicStat
 		ss.MsgOutCounter, ss.BytesOutCounter = s.MsgOut, s.BytesOut
 		ss.MsgRateOut, ss.MsgThroughputOut = rate(rateKeyOut(name)), rate(rateKeyOutBytes(name))
 		ss.MsgRateRedeliver = rate(rateKeyRedeliver(name))
+		ss.ActiveConsumerName = s.ActiveConsumer
 		for _, c := range s.Consumers {
 			ss.Consumers = append(ss.Consumers, consumerStatsJSON{ConsumerName: c.Name, Address: c.Address,
-				AvailablePermits: c.Permits, UnackedMessages: c.Unacked, BlockedConsumerOnUnackedMsgs: c.Blocked})
+				AvailablePermits: c.Permits, UnackedMessages: c.Unacked, BlockedConsumerOnUnackedMsgs: c.Blocked,
+				Metadata: nonNilMap(c.Metadata)})
 		}
 		out.Subscriptions[name] = ss
 	}
@@ -445,4 +455,11 @@ func (s *partitionedStatsJSON) add(p topicStatsJSON) {
 		ss.Consumers = append(ss.Consumers, ps.Consumers...)
 		s.Subscriptions[name] = ss
 	}
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }

@@ -61,9 +61,10 @@ type pulsarTopic struct {
 	ready   chan struct{} // closed when the load finished (ml or err set)
 	err     error
 	ml      *mlogclient.ManagedLedger
-	// dedup and ackQuorum are the namespace policy's when loaded.
+	// dedup, ackQuorum and quota are the namespace policy's when loaded.
 	dedup     bool
 	ackQuorum int
+	quota     mlog.BacklogQuota
 
 	mu sync.Mutex
 	// last is the last durable entry; hasLast is false while there is none.
@@ -95,6 +96,7 @@ func toMessageID(p mlog.Position) pulsar.MessageID {
 // and, with deduplication, the producers' sequence ids from its tail.
 func (t *pulsarTopic) init(ctx context.Context, ml *mlogclient.ManagedLedger, pol catalog.Policies) error {
 	t.ml, t.dedup, t.ackQuorum = ml, pol.Deduplication, pol.Persistence.AckQuorum
+	t.quota = pulsarSettings(pol).Quota
 	t.grew = make(chan struct{})
 	t.sequences = map[string]int64{}
 	t.nonDurable = map[string]*mlogclient.NonDurableCursor{}
@@ -434,4 +436,26 @@ func (c *pulsarCursor) Reset(ctx context.Context, to pulsar.MessageID) error {
 		md.EntryID--
 	}
 	return pulsarErr(c.c.Reset(ctx, md), pulsar.ErrPersistence)
+}
+
+var _ pulsar.QuotaBlocker = (*pulsarTopic)(nil)
+
+// ProducerBlocked implements pulsar.QuotaBlocker: with the producer_exception
+// policy, a subscription's backlog over the size quota refuses producers
+// (the managed ledger refuses their writes meanwhile).
+func (t *pulsarTopic) ProducerBlocked(ctx context.Context) error {
+	if t.quota.Policy != mlog.ProducerException || t.quota.LimitSize <= 0 {
+		return nil
+	}
+	st, err := t.ml.Stats(ctx)
+	if err != nil {
+		return nil // the write path decides
+	}
+	for _, cs := range st.Cursors {
+		if cs.BacklogBytes > t.quota.LimitSize {
+			return fmt.Errorf("%w: %s: subscription %s has %d bytes of backlog, quota %d", pulsar.ErrProducerBlockedQuota,
+				t.name, cs.Name, cs.BacklogBytes, t.quota.LimitSize)
+		}
+	}
+	return nil
 }

@@ -160,3 +160,12 @@ type Cursor interface {
 	// nothing after it does.
 	Reset(ctx context.Context, to MessageID) error
 }
+
+// QuotaBlocker is what a Topic implements when its backlog quota can refuse
+// producers (Pulsar's producer_exception policy): ProducerBlocked returns
+// ErrProducerBlockedQuota while the backlog is over the quota, and PRODUCER
+// is then refused with ProducerBlockedQuotaExceededException (the client
+// retries with backoff, as against Pulsar).
+type QuotaBlocker interface {
+	ProducerBlocked(ctx context.Context) error
+}

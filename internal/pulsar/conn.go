@@ -35,8 +35,11 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	remote string
-	ctx    context.Context // canceled when the connection closes
-	cancel context.CancelFunc
+	// clientVersion is what CONNECT said (stats' clientVersion); set
+	// before any producer or consumer exists, never changed.
+	clientVersion string
+	ctx           context.Context // canceled when the connection closes
+	cancel        context.CancelFunc
 	// out is the writer's queue of encoded frames; its capacity is the
 	// bound (Config.OutboundFrames).
 	out chan []byte
@@ -62,6 +65,9 @@ type conn struct {
 	// a seek on another connection closes consumers here.
 	mu        sync.Mutex
 	producers map[uint64]*producer
+	// waiting are this connection's WaitForExclusive producers still queued
+	// (producer.go), by producer id; guarded by mu.
+	waiting   map[uint64]*producer
 	consumers map[uint64]*consumer
 }
 
@@ -77,6 +83,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		sendSlots:     make(chan struct{}, s.maxPendingSends),
 		receiptsReady: make(chan struct{}, 1),
 		producers:     make(map[uint64]*producer),
+		waiting:       make(map[uint64]*producer),
 		consumers:     make(map[uint64]*consumer),
 	}
 	c.lastReceived.Store(time.Now().UnixNano())
@@ -188,6 +195,10 @@ func (c *conn) handle(f *Frame) (err error) {
 		return c.handleUnsubscribe(cmd.GetUnsubscribe())
 	case pb.BaseCommand_CLOSE_CONSUMER:
 		return c.handleCloseConsumer(cmd.GetCloseConsumer())
+	case pb.BaseCommand_GET_SCHEMA:
+		return c.handleGetSchema(cmd.GetGetSchema())
+	case pb.BaseCommand_GET_OR_CREATE_SCHEMA:
+		return c.handleGetOrCreateSchema(cmd.GetGetOrCreateSchema())
 	default:
 		return c.unsupported(cmd)
 	}
@@ -336,6 +347,7 @@ func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 	}
 	c.connected = true
 	c.protocolVersion = min(cmd.GetProtocolVersion(), maxProtocolVersion)
+	c.clientVersion = cmd.GetClientVersion()
 	return c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
 		ServerVersion:   proto.String(ServerVersion),
 		ProtocolVersion: proto.Int32(c.protocolVersion),
@@ -348,7 +360,7 @@ func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 // URL when it owns the topic, Redirect to the owner's otherwise.
 func (c *conn) handleLookup(cmd *pb.CommandLookupTopic) error {
 	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(cmd.GetRequestId())}
-	res, err := c.s.backend.Lookup(c.ctx, cmd.GetTopic())
+	res, err := c.s.backend.Lookup(c.ctx, CanonicalTopic(cmd.GetTopic()))
 	switch {
 	case err != nil:
 		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
@@ -368,7 +380,7 @@ func (c *conn) handleLookup(cmd *pb.CommandLookupTopic) error {
 
 func (c *conn) handlePartitionedMetadata(cmd *pb.CommandPartitionedTopicMetadata) error {
 	resp := &pb.CommandPartitionedTopicMetadataResponse{RequestId: proto.Uint64(cmd.GetRequestId())}
-	n, err := c.s.backend.PartitionedMetadata(c.ctx, cmd.GetTopic())
+	n, err := c.s.backend.PartitionedMetadata(c.ctx, CanonicalTopic(cmd.GetTopic()))
 	if err != nil {
 		resp.Response = pb.CommandPartitionedTopicMetadataResponse_Failed.Enum()
 		resp.Error = c.errorCode(err, "partitioned metadata", "topic", cmd.GetTopic()).Enum()

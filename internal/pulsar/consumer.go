@@ -4,18 +4,23 @@ package pulsar
 // GET_LAST_MESSAGE_ID, SEEK, UNSUBSCRIBE, CLOSE_CONSUMER.
 //
 // Deviations from Apache Pulsar:
-//   - Subscription types: Exclusive, Shared, Failover (one active
-//     consumer for the whole topic: the partition index does not pick it
-//     yet) and Key_Shared (AUTO_SPLIT and STICKY, with
+//   - Subscription types: Exclusive, Shared, Failover (the active
+//     consumer chosen per partition as Pulsar does: dispatch.go) and
+//     Key_Shared (AUTO_SPLIT and STICKY, with
 //     allowOutOfOrderDelivery; dispatch.go and keyshared.go say how and
 //     where it differs). STICKY ranges that are invalid or overlap are
 //     refused with ConsumerAssignError; a Key_Shared consumer whose mode or
 //     allowOutOfOrderDelivery differs from the attached ones' with
 //     ConsumerBusy.
-//   - Batch-index acknowledgements: an ACK whose message id carries an
-//     ack_set (a partly acknowledged batch) is ignored; the client acks the
-//     whole entry once every message of it is acknowledged, which is the
-//     Go and Java clients' default.
+//   - Batch-index acknowledgements (an ACK whose message id carries an
+//     ack_set, the messages of a batch still unacknowledged): kept in the
+//     front end's memory only (subscription.batchAcks), so a redelivery or a
+//     new consumer gets the entry with its ack_set and skips what was
+//     acknowledged, but a takeover or unload forgets them (Pulsar keeps them
+//     in the cursor when acknowledgmentAtBatchIndexLevelEnabled); the
+//     whole entry is acknowledged once no bit is left. A cumulative ACK with
+//     an ack_set acknowledges the entries before it and those messages of
+//     it.
 //   - SEEK by message id or by publish time (the first entry the producer
 //     stamped at or after it). As in Pulsar, the seek resets the cursor and
 //     closes every consumer of the subscription (CLOSE_CONSUMER), which
@@ -97,8 +102,11 @@ func (c *conn) handleSubscribe(cmd *pb.CommandSubscribe) error {
 	if cmd.GetSubscription() == "" {
 		return c.sendError(reqID, ErrNotAllowed, "empty subscription name")
 	}
-	ts, err := c.s.topicState(c.ctx, cmd.GetTopic(), cmd.GetForceTopicCreation())
+	ts, err := c.s.topicState(c.ctx, CanonicalTopic(cmd.GetTopic()), cmd.GetForceTopicCreation())
 	if err != nil {
+		return c.sendError(reqID, err, "")
+	}
+	if _, err := c.attachSchema(ts.name, cmd.GetSchema()); err != nil {
 		return c.sendError(reqID, err, "")
 	}
 	durable := cmd.GetDurable()
@@ -127,6 +135,12 @@ func (c *conn) handleSubscribe(cmd *pb.CommandSubscribe) error {
 		priority: cmd.GetPriorityLevel(),
 		conn:     c,
 		sub:      sub,
+	}
+	if kvs := cmd.GetMetadata(); len(kvs) > 0 {
+		cons.metadata = make(map[string]string, len(kvs))
+		for _, kv := range kvs {
+			cons.metadata[kv.GetKey()] = kv.GetValue()
+		}
 	}
 	if err := sub.addConsumer(cons, subType, cmd.GetKeySharedMeta()); err != nil {
 		return c.sendError(reqID, err, "")
@@ -176,18 +190,30 @@ func (c *conn) handleAck(cmd *pb.CommandAck) error {
 	if cons == nil {
 		return answer(errorf(ErrConsumerNotFound, "consumer %d", cmd.GetConsumerId()))
 	}
+	sub := cons.sub
 	var ids []MessageID
+	cumulative := cmd.GetAckType() == pb.CommandAck_Cumulative
 	for _, md := range cmd.GetMessageId() {
-		if len(md.GetAckSet()) > 0 {
-			continue // part of a batch: see the header
+		id := messageIDOf(md)
+		if len(md.GetAckSet()) == 0 {
+			ids = append(ids, id)
+			continue
 		}
-		ids = append(ids, messageIDOf(md))
+		// Part of a batch: see the header.
+		sub.mu.Lock()
+		whole := sub.ackBatchIndexesLocked(id, md.GetAckSet())
+		sub.mu.Unlock()
+		switch {
+		case whole:
+			ids = append(ids, id)
+		case cumulative && id.EntryID > 0:
+			ids = append(ids, MessageID{LedgerID: id.LedgerID, EntryID: id.EntryID - 1})
+		}
 	}
 	if len(ids) == 0 {
 		return answer(nil)
 	}
-	sub := cons.sub
-	if cmd.GetAckType() == pb.CommandAck_Cumulative {
+	if cumulative {
 		upTo := ids[0]
 		for _, id := range ids[1:] {
 			if upTo.Less(id) {
@@ -313,7 +339,7 @@ func (c *conn) handleSeek(cmd *pb.CommandSeek) error {
 		if !k.conn.detach(k) {
 			continue
 		}
-		sub.removeConsumer(k)
+		sub.detachConsumer(k, true)
 		err := k.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{
 			ConsumerId: proto.Uint64(k.id),
 			RequestId:  proto.Uint64(0),

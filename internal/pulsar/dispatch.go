@@ -12,11 +12,16 @@ package pulsar
 // when none has any; outside it, push the MESSAGE frames onto the
 // consumers' connections (a full outbound queue waits: backpressure).
 //
-// Consumers: Exclusive has one; Failover sends to one active consumer (the
-// lowest priority level, then name), tells every consumer whether it is the
-// active one (ACTIVE_CONSUMER_CHANGE) and, when the active one changes,
-// puts back what the others hold so the new one gets it; Shared sends round
-// robin among the consumers with permits; Key_Shared sends each entry to
+// Consumers: Exclusive has one; Failover sends to one active consumer
+// (Pulsar's choice: the consumers ordered by priority level, then name; of
+// those at the best level, the one at the topic's partition index modulo
+// their number, so a partitioned topic's partitions spread over them; the
+// first for a topic that is not a partition), tells every consumer whether
+// it is the active one (ACTIVE_CONSUMER_CHANGE) and, when the active one
+// changes, puts back what the others hold so the new one gets it; Shared
+// sends round robin among the consumers with permits at the best priority
+// level that has any (a lower level gets entries only while every consumer
+// above it is out of permits, as in Pulsar); Key_Shared sends each entry to
 // the consumer its sticky key belongs to (keyshared.go: the key, its hash
 // slot, the AUTO_SPLIT ring and STICKY ranges). A consumer's permits drop
 // by the messages in an entry (a batch counts all its messages, and may
@@ -67,6 +72,7 @@ package pulsar
 // mark-delete position and sends everything after it again.
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"slices"
@@ -98,6 +104,9 @@ type consumer struct {
 	priority int32
 	conn     *conn
 	sub      *subscription
+	// metadata is what the client attached to its SUBSCRIBE (the consumer's
+	// properties), shown in the admin stats; never changed.
+	metadata map[string]string
 	// permits and unacked are guarded by sub.mu. unacked counts the
 	// messages of the entries pending on this consumer; at
 	// Server.maxUnackedPerConsumer the consumer gets nothing more until it
@@ -171,6 +180,13 @@ type subscription struct {
 	// redeliveries counts, per entry not yet acknowledged, how often it
 	// was redelivered.
 	redeliveries map[MessageID]uint32
+	// batchAcks holds, per batch entry acknowledged in part (an ACK whose
+	// message id carries an ack_set), the bits of the messages still
+	// unacknowledged (1: not acknowledged, Pulsar's ack_set); a MESSAGE
+	// carrying the entry again carries them, and the client skips the
+	// others. In memory only: lost when the topic moves or its front-end
+	// subscription is dropped (a reader's, without consumers).
+	batchAcks map[MessageID][]int64
 	// unacked counts the messages pending on every consumer;
 	// blockedOnUnacked is set at Server.maxUnackedPerSubscription and
 	// cleared at half of it.
@@ -201,6 +217,7 @@ func newSubscription(s *Server, ts *topicState, name string, durable bool, subTy
 		pendingHashes: make(map[keyHash]slotHolder),
 		delayed:       newDelayedTracker(),
 		redeliveries:  make(map[MessageID]uint32),
+		batchAcks:     make(map[MessageID][]int64),
 	}
 }
 
@@ -314,7 +331,14 @@ func (sub *subscription) notifyActive() {
 // removeConsumer detaches c; its unacknowledged entries wait for
 // redelivery. The last consumer leaving stops the dispatcher, and drops a
 // non-durable subscription altogether.
-func (sub *subscription) removeConsumer(c *consumer) {
+func (sub *subscription) removeConsumer(c *consumer) { sub.detachConsumer(c, false) }
+
+// detachConsumer removes c; a reader's (non-durable) subscription left
+// without consumers is dropped unless seeking: a SEEK closes the consumers
+// so that they reconnect, and, as in Pulsar, their subscription (its reset
+// cursor) must still be there when they do, rather than be created afresh
+// at the start id the reconnecting reader names.
+func (sub *subscription) detachConsumer(c *consumer, seeking bool) {
 	sub.mu.Lock()
 	i := slices.Index(sub.consumers, c)
 	if i < 0 {
@@ -341,7 +365,7 @@ func (sub *subscription) removeConsumer(c *consumer) {
 	sub.mu.Unlock()
 	sub.signal()
 	sub.notifyActive()
-	if last && !sub.durable {
+	if last && !sub.durable && !seeking {
 		sub.ts.dropSubscription(sub)
 		if err := sub.ts.topic.DeleteSubscription(context.Background(), sub.name); err != nil {
 			sub.s.log.Debug("dropping a non-durable subscription", "topic", sub.ts.name, "subscription", sub.name, "err", err)
@@ -364,6 +388,29 @@ func (sub *subscription) ackedLocked(id MessageID) {
 	sub.removeReplayLocked(id)
 	sub.delayed.remove(id)
 	delete(sub.redeliveries, id)
+	delete(sub.batchAcks, id)
+}
+
+// ackBatchIndexesLocked records an ack_set for a batch entry: the messages
+// whose bits are clear are acknowledged. It reports whether none is left
+// (the whole entry is acknowledged).
+func (sub *subscription) ackBatchIndexesLocked(id MessageID, ackSet []int64) bool {
+	remaining := slices.Clone(ackSet)
+	if old, ok := sub.batchAcks[id]; ok {
+		for i := range remaining {
+			if i < len(old) {
+				remaining[i] &= old[i]
+			}
+		}
+	}
+	for _, w := range remaining {
+		if w != 0 {
+			sub.batchAcks[id] = remaining
+			return false
+		}
+	}
+	delete(sub.batchAcks, id)
+	return true
 }
 
 // addReplayLocked puts an entry in the redelivery set (or records the slot
@@ -446,6 +493,7 @@ func (sub *subscription) resetDeliveryLocked() {
 	clear(sub.replay)
 	clear(sub.replayHashes)
 	clear(sub.redeliveries)
+	clear(sub.batchAcks)
 	sub.delayed.reset()
 	sub.unacked = 0
 	sub.updateBlockedLocked()
@@ -463,6 +511,8 @@ func (sub *subscription) eligibleLocked() []*consumer {
 		for i := range sub.consumers {
 			out = append(out, sub.consumers[(sub.next+i)%len(sub.consumers)])
 		}
+		// Round robin within a priority level, best level first.
+		slices.SortStableFunc(out, func(a, b *consumer) int { return cmp.Compare(a.priority, b.priority) })
 		return out
 	case pb.CommandSubscribe_Key_Shared:
 		return sub.consumers
@@ -473,16 +523,22 @@ func (sub *subscription) eligibleLocked() []*consumer {
 	}
 }
 
-// activeLocked is Failover's active consumer: the lowest priority level,
-// then the lowest name.
+// activeLocked is Failover's active consumer: of the consumers ordered by
+// priority level then name (then joining order), those at the best level,
+// the one at the partition index modulo their number.
 func (sub *subscription) activeLocked() *consumer {
-	best := sub.consumers[0]
-	for _, c := range sub.consumers[1:] {
-		if c.priority < best.priority || (c.priority == best.priority && c.name < best.name) {
-			best = c
-		}
+	ordered := slices.Clone(sub.consumers)
+	slices.SortStableFunc(ordered, func(a, b *consumer) int {
+		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(a.name, b.name))
+	})
+	best := 1
+	for best < len(ordered) && ordered[best].priority == ordered[0].priority {
+		best++
 	}
-	return best
+	if p := sub.ts.partition; p > 0 {
+		return ordered[p%best]
+	}
+	return ordered[0]
 }
 
 func (sub *subscription) hasPermitsLocked() bool {
@@ -501,10 +557,10 @@ func (sub *subscription) canReceiveLocked(c *consumer) bool {
 // pickLocked chooses the consumer for the next entry, nil when none has
 // permits (every type but Key_Shared).
 func (sub *subscription) pickLocked() *consumer {
-	for i, c := range sub.eligibleLocked() {
+	for _, c := range sub.eligibleLocked() {
 		if sub.canReceiveLocked(c) {
 			if sub.subType == pb.CommandSubscribe_Shared {
-				sub.next = (sub.next + i + 1) % len(sub.consumers)
+				sub.next = (slices.Index(sub.consumers, c) + 1) % len(sub.consumers)
 			}
 			return c
 		}
@@ -751,6 +807,7 @@ func (sub *subscription) assign(entries []Entry, replaying bool, generation uint
 				ConsumerId:      proto.Uint64(c.id),
 				MessageId:       messageIDData(e.ID),
 				RedeliveryCount: proto.Uint32(sub.redeliveries[e.ID]),
+				AckSet:          sub.batchAcks[e.ID],
 			},
 		}, e.Data)})
 	}
@@ -880,7 +937,10 @@ type DispatchStats struct {
 	// RedeliveredMessages counts the messages put back for redelivery
 	// since the subscription was opened here (msgRateRedeliver's counter).
 	RedeliveredMessages uint64
-	Consumers           []ConsumerDispatchStats
+	// ActiveConsumer names the consumer that receives on Exclusive and
+	// Failover (activeConsumerName), empty on the other types.
+	ActiveConsumer string
+	Consumers      []ConsumerDispatchStats
 }
 
 // ConsumerDispatchStats is one consumer's part of DispatchStats.
@@ -936,6 +996,14 @@ func (sub *subscription) dispatchStatsLocked() DispatchStats {
 		WaitingForDelivery:       len(sub.replay),
 		DelayedEntries:           sub.delayed.len(),
 		RedeliveredMessages:      sub.redelivered,
+	}
+	if len(sub.consumers) > 0 {
+		switch sub.subType {
+		case pb.CommandSubscribe_Failover:
+			st.ActiveConsumer = sub.activeLocked().name
+		case pb.CommandSubscribe_Exclusive:
+			st.ActiveConsumer = sub.consumers[0].name
+		}
 	}
 	if sub.keys != nil {
 		st.KeySharedMode = sub.keys.policy.mode.String()

@@ -27,6 +27,9 @@ var (
 	ErrChecksum             = errors.New("pulsar: checksum mismatch")
 	ErrUnsupportedVersion   = errors.New("pulsar: unsupported version")
 	ErrMetadata             = errors.New("pulsar: metadata error")
+	// ErrProducerBlockedQuota: the topic's backlog is over its quota with
+	// the producer_exception policy; the client reconnects with backoff.
+	ErrProducerBlockedQuota = errors.New("pulsar: producer blocked: backlog quota exceeded")
 )
 
 var serverErrors = []struct {
@@ -49,6 +52,8 @@ var serverErrors = []struct {
 	{ErrChecksum, pb.ServerError_ChecksumError},
 	{ErrUnsupportedVersion, pb.ServerError_UnsupportedVersionError},
 	{ErrMetadata, pb.ServerError_MetadataError},
+	{ErrIncompatibleSchema, pb.ServerError_IncompatibleSchema},
+	{ErrProducerBlockedQuota, pb.ServerError_ProducerBlockedQuotaExceededException},
 	// A request that outlived its connection or deadline: the client
 	// retries after a fresh lookup.
 	{context.Canceled, pb.ServerError_ServiceNotReady},

@@ -3,20 +3,35 @@ package pulsar
 // PRODUCER, SEND, CLOSE_PRODUCER.
 //
 // Deviations from Apache Pulsar:
-//   - Access modes: Shared (the default), Exclusive, and WaitForExclusive and
-//     ExclusiveWithFencing treated as Exclusive: a second producer is refused
-//     with ProducerFenced while another holds the topic exclusively (or an
-//     exclusive one asks while others are attached) — nobody waits or fences.
-//   - Schemas are accepted and not stored (schema_version is left empty).
+//   - Access modes: Shared (the default), Exclusive, WaitForExclusive, and
+//     ExclusiveWithFencing treated as Exclusive: an exclusive producer is
+//     refused with ProducerFenced while others are attached, a shared one
+//     with ProducerBusy while an exclusive one is; a WaitForExclusive one is
+//     answered PRODUCER_SUCCESS with producer_ready false and queued, and
+//     gets the topic (a second PRODUCER_SUCCESS, ready) when the others have
+//     left (a waiting producer closed by its client, or whose connection
+//     closed, is passed over). Nobody is fenced.
+//   - Schemas: see schema.go; PRODUCER_SUCCESS carries the version of the
+//     producer's schema.
 //   - Deduplication (when Topic.Deduplication): a SEND whose highest sequence
 //     id is at or below the producer's highest one already appended is a
 //     duplicate and answered with a receipt for message id -1:-1, as Pulsar
 //     does, in its place among the producer's receipts. A batch that only
 //     partly overlaps is appended whole.
+//   - Backlog quota with producer_exception: a SEND over the quota fails
+//     with ProducerBlockedQuotaExceededException (the Go client then
+//     reconnects) and a PRODUCER is refused with it while the backlog is
+//     over the quota (Topic's QuotaBlocker); Pulsar also closes the
+//     attached producers when its periodic check finds the quota exceeded.
+//   - initial_subscription_name (what a dead-letter producer asks for)
+//     creates that durable subscription at the topic's start when it does
+//     not exist, as Pulsar does (there is no allowAutoSubscriptionCreation
+//     setting to refuse it).
 //   - Chunked messages, transactions, encryption checks and publish rate
 //     limits are not implemented; the entry is stored as sent.
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -33,6 +48,15 @@ type producer struct {
 	conn      *conn
 	ts        *topicState
 	exclusive bool
+	// abandoned: a WaitForExclusive producer closed by its client while it
+	// was still queued; it is never granted.
+	abandoned atomic.Bool
+	// schemaVersion is the version of the producer's schema (schema.go), nil
+	// without one.
+	schemaVersion []byte
+	// metadata is the producer's properties from its PRODUCER (stats);
+	// never changed.
+	metadata map[string]string
 	// msgIn and bytesIn count what this producer appended, for stats.
 	msgIn, bytesIn atomic.Int64
 
@@ -70,12 +94,43 @@ func (p *producer) complete(ps *pendingSend, frame []byte) {
 func (ts *topicState) addProducer(p *producer) error {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	return ts.addProducerLocked(p)
+}
+
+// waitingProducer is a WaitForExclusive producer queued for a topic that
+// another producer holds: reqID is its PRODUCER's, answered again (ready)
+// when it is granted.
+type waitingProducer struct {
+	p     *producer
+	reqID uint64
+}
+
+// addOrWait is addProducer, except that a WaitForExclusive producer that
+// would be fenced is queued instead (waiting true): it gets the topic when
+// the producers attached now have left (removeProducer).
+func (ts *topicState) addOrWait(p *producer, reqID uint64, wait bool) (waiting bool, err error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	err = ts.addProducerLocked(p)
+	if err != nil && wait && errors.Is(err, ErrProducerFenced) {
+		ts.waiting = append(ts.waiting, waitingProducer{p: p, reqID: reqID})
+		return true, nil
+	}
+	return false, err
+}
+
+func (ts *topicState) addProducerLocked(p *producer) error {
 	if _, busy := ts.producers[p.name]; busy {
 		return fmt.Errorf("%w: producer %q is already connected to %s", ErrProducerBusy, p.name, ts.name)
 	}
 	for _, other := range ts.producers {
-		if other.exclusive || p.exclusive {
-			return fmt.Errorf("%w: %s has producer %q attached and one of them asks for exclusive access", ErrProducerFenced, ts.name, other.name)
+		// As Pulsar: an exclusive producer that finds others attached is
+		// fenced; a shared one that finds an exclusive one is busy.
+		switch {
+		case p.exclusive:
+			return fmt.Errorf("%w: %s has producer %q attached: no exclusive access", ErrProducerFenced, ts.name, other.name)
+		case other.exclusive:
+			return fmt.Errorf("%w: %s has exclusive producer %q", ErrProducerBusy, ts.name, other.name)
 		}
 	}
 	ts.producers[p.name] = p
@@ -84,10 +139,39 @@ func (ts *topicState) addProducer(p *producer) error {
 
 func (ts *topicState) removeProducer(p *producer) {
 	ts.mu.Lock()
-	defer ts.mu.Unlock()
 	if ts.producers[p.name] == p {
 		delete(ts.producers, p.name)
 	}
+	// The first waiting WaitForExclusive producer whose connection is still
+	// open gets the topic once nobody else holds it.
+	var granted *waitingProducer
+	for len(ts.producers) == 0 && len(ts.waiting) > 0 && granted == nil {
+		w := ts.waiting[0]
+		ts.waiting = ts.waiting[1:]
+		if w.p.conn.ctx.Err() == nil && !w.p.abandoned.Load() && ts.addProducerLocked(w.p) == nil {
+			granted = &w
+		}
+	}
+	ts.mu.Unlock()
+	if granted != nil {
+		granted.p.conn.grantProducer(*granted)
+	}
+}
+
+// grantProducer completes a WaitForExclusive producer's PRODUCER: attached
+// to the topic now, it is answered PRODUCER_SUCCESS with producer_ready.
+func (c *conn) grantProducer(w waitingProducer) {
+	c.mu.Lock()
+	delete(c.waiting, w.p.id)
+	c.producers[w.p.id] = w.p
+	c.mu.Unlock()
+	if topicDone(w.p.ts) {
+		w.p.ts.removeProducer(w.p)
+		c.detachProducer(w.p)
+		_ = c.sendError(w.reqID, errorf(ErrServiceNotReady, "topic %s is no longer served here", w.p.ts.name), "")
+		return
+	}
+	_ = c.sendProducerSuccess(w.reqID, w.p) // a closed connection has nobody to tell
 }
 
 func (c *conn) handleProducer(cmd *pb.CommandProducer) error {
@@ -100,7 +184,23 @@ func (c *conn) handleProducer(cmd *pb.CommandProducer) error {
 		// Pulsar does, with the producer it already has.
 		return c.sendProducerSuccess(reqID, existing)
 	}
-	ts, err := c.s.topicState(c.ctx, cmd.GetTopic(), true)
+	ts, err := c.s.topicState(c.ctx, CanonicalTopic(cmd.GetTopic()), true)
+	if err != nil {
+		return c.sendError(reqID, err, "")
+	}
+	if qb, ok := ts.topic.(QuotaBlocker); ok {
+		if err := qb.ProducerBlocked(c.ctx); err != nil {
+			return c.sendError(reqID, err, "")
+		}
+	}
+	if sub := cmd.GetInitialSubscriptionName(); sub != "" {
+		// Opened through the Backend only: the cursor exists from now on,
+		// the front end's state for it comes with its first consumer.
+		if _, err := ts.topic.Subscription(c.ctx, sub, true, Earliest); err != nil {
+			return c.sendError(reqID, err, "")
+		}
+	}
+	schemaVersion, err := c.attachSchema(ts.name, cmd.GetSchema())
 	if err != nil {
 		return c.sendError(reqID, err, "")
 	}
@@ -109,11 +209,18 @@ func (c *conn) handleProducer(cmd *pb.CommandProducer) error {
 		name = fmt.Sprintf("%s-%d", c.s.producerPrefix, c.s.producerNames.Add(1))
 	}
 	p := &producer{
-		id:         cmd.GetProducerId(),
-		name:       name,
-		conn:       c,
-		ts:         ts,
-		lastPushed: -1,
+		id:            cmd.GetProducerId(),
+		name:          name,
+		conn:          c,
+		ts:            ts,
+		lastPushed:    -1,
+		schemaVersion: schemaVersion,
+	}
+	if kvs := cmd.GetMetadata(); len(kvs) > 0 {
+		p.metadata = make(map[string]string, len(kvs))
+		for _, kv := range kvs {
+			p.metadata[kv.GetKey()] = kv.GetValue()
+		}
 	}
 	switch cmd.GetProducerAccessMode() {
 	case pb.ProducerAccessMode_Exclusive, pb.ProducerAccessMode_WaitForExclusive, pb.ProducerAccessMode_ExclusiveWithFencing:
@@ -122,8 +229,19 @@ func (c *conn) handleProducer(cmd *pb.CommandProducer) error {
 	if ts.topic.Deduplication() {
 		p.lastPushed = ts.topic.LastSequenceID(name)
 	}
-	if err := ts.addProducer(p); err != nil {
+	waiting, err := ts.addOrWait(p, reqID, cmd.GetProducerAccessMode() == pb.ProducerAccessMode_WaitForExclusive)
+	if err != nil {
 		return c.sendError(reqID, err, "")
+	}
+	if waiting {
+		c.mu.Lock()
+		c.waiting[p.id] = p
+		c.mu.Unlock()
+		// Not ready: the client waits (without a timeout) for the
+		// PRODUCER_SUCCESS that grantProducer sends.
+		return c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+			RequestId: proto.Uint64(reqID), ProducerName: proto.String(p.name), ProducerReady: proto.Bool(false),
+		}})
 	}
 	c.mu.Lock()
 	c.producers[p.id] = p
@@ -146,6 +264,7 @@ func (c *conn) sendProducerSuccess(reqID uint64, p *producer) error {
 		RequestId:      proto.Uint64(reqID),
 		ProducerName:   proto.String(p.name),
 		LastSequenceId: proto.Int64(last),
+		SchemaVersion:  p.schemaVersion,
 		ProducerReady:  proto.Bool(true),
 	}})
 }
@@ -176,6 +295,10 @@ func (c *conn) handleCloseProducer(cmd *pb.CommandCloseProducer) error {
 	c.mu.Lock()
 	p := c.producers[cmd.GetProducerId()]
 	delete(c.producers, cmd.GetProducerId())
+	if w := c.waiting[cmd.GetProducerId()]; w != nil {
+		w.abandoned.Store(true)
+		delete(c.waiting, cmd.GetProducerId())
+	}
 	c.mu.Unlock()
 	if p != nil {
 		p.ts.removeProducer(p)
@@ -227,8 +350,10 @@ func (c *conn) handleSend(cmd *pb.CommandSend, f *Frame) error {
 		verdict = errorFrame(fmt.Errorf("%w: SEND without a payload", ErrNotAllowed))
 	case !f.ChecksumOK:
 		verdict = errorFrame(ErrChecksum)
-	case len(f.HeadersAndPayload) > c.s.maxMessageSize:
-		verdict = errorFrame(fmt.Errorf("%w: message of %d bytes, limit %d", ErrNotAllowed, len(f.HeadersAndPayload), c.s.maxMessageSize))
+	case len(f.HeadersAndPayload) > c.s.maxMessageSize+framePadding:
+		// The metadata rides in the padding: a chunking client fills
+		// metadata plus payload up to the advertised size.
+		verdict = errorFrame(fmt.Errorf("%w: message of %d bytes, limit %d", ErrNotAllowed, len(f.HeadersAndPayload), c.s.maxMessageSize+framePadding))
 	case p.ts.topic.Deduplication() && int64(highest) <= p.lastPushed:
 		verdict = receipt(MessageID{LedgerID: -1, EntryID: -1})
 	default:

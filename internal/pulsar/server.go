@@ -32,6 +32,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,9 +73,11 @@ type Config struct {
 	// (pulsar://host:port); empty: pulsar:// and the listener's address.
 	AdvertisedURL string
 	Logger        *slog.Logger // nil: slog.Default()
-	// MaxMessageSize bounds one entry (a batch); advertised in CONNECTED.
-	// A frame may be up to 10 KiB larger (the command and headers); a larger
-	// size prefix closes the connection.
+	// MaxMessageSize bounds a message's (a batch's) payload; advertised in
+	// CONNECTED. An entry (its MessageMetadata and payload) and a frame may
+	// be up to 10 KiB larger (as in Pulsar: clients size chunks so that
+	// metadata plus payload reach the limit); a larger size prefix closes
+	// the connection.
 	MaxMessageSize int
 	// MaxConnections bounds open connections; more are closed at accept.
 	MaxConnections int
@@ -325,10 +329,17 @@ func (s *Server) goDispatch(f func()) bool {
 type topicState struct {
 	name  string
 	topic Topic
+	// partition is the partition index its name carries ("…-partition-N"),
+	// -1 for a topic that is not a partition: Failover's active consumer
+	// depends on it.
+	partition int
 
 	mu        sync.Mutex
 	producers map[string]*producer // by producer name
-	subs      map[string]*subscription
+	// waiting are the WaitForExclusive producers queued for the topic, in
+	// arrival order (producer.go).
+	waiting []waitingProducer
+	subs    map[string]*subscription
 
 	// opened is when the topic was opened here; msgIn and bytesIn count
 	// the messages and bytes appended (answered with a message id) since,
@@ -363,6 +374,7 @@ func (s *Server) topicState(ctx context.Context, name string, create bool) (*top
 	ts = &topicState{
 		name:      name,
 		topic:     t,
+		partition: partitionIndexOf(name),
 		producers: make(map[string]*producer),
 		subs:      make(map[string]*subscription),
 		opened:    time.Now(),
@@ -477,6 +489,10 @@ type ProducerStats struct {
 	Address        string
 	Exclusive      bool
 	MsgIn, BytesIn int64
+	// ClientVersion is the client's CONNECT client_version.
+	ClientVersion string
+	// Metadata is the producer's properties (shared: not to be changed).
+	Metadata map[string]string
 }
 
 // SubscriptionStats is one subscription's delivery state.
@@ -499,6 +515,8 @@ type SubscriptionStats struct {
 	MsgOut, BytesOut, Redelivered int64
 	// ReadPosition is the next entry the dispatcher reads.
 	ReadPosition MessageID
+	// ActiveConsumer is DispatchStats.ActiveConsumer.
+	ActiveConsumer string
 }
 
 // ConsumerStats describes one consumer.
@@ -510,6 +528,9 @@ type ConsumerStats struct {
 	Unacked int64
 	// Blocked: at the bound of unacknowledged messages.
 	Blocked bool
+	// Metadata is the consumer's properties from its SUBSCRIBE (shared:
+	// not to be changed).
+	Metadata map[string]string
 }
 
 // Topics returns the names of the topics the front end has open.
@@ -549,7 +570,8 @@ func (s *Server) TopicStats(name string) (TopicStats, bool) {
 	ts.mu.Unlock()
 	for _, p := range producers {
 		st.Producers = append(st.Producers, ProducerStats{Name: p.name, ID: p.id, Address: p.conn.remote,
-			Exclusive: p.exclusive, MsgIn: p.msgIn.Load(), BytesIn: p.bytesIn.Load()})
+			Exclusive: p.exclusive, MsgIn: p.msgIn.Load(), BytesIn: p.bytesIn.Load(), ClientVersion: p.conn.clientVersion,
+			Metadata: p.metadata})
 	}
 	ts.countersMu.Lock()
 	delivered := make(map[string]deliveryCounters, len(ts.delivered))
@@ -562,17 +584,20 @@ func (s *Server) TopicStats(name string) (TopicStats, bool) {
 		ds := sub.stats()
 		ss := SubscriptionStats{Type: ds.Type, Durable: sub.durable, Unacked: ds.UnackedMessages,
 			Blocked: ds.BlockedOnUnackedMessages, PendingRedelivery: ds.WaitingForDelivery,
-			MsgOut: d.messages, BytesOut: d.bytes, Redelivered: int64(ds.RedeliveredMessages)}
+			MsgOut: d.messages, BytesOut: d.bytes, Redelivered: int64(ds.RedeliveredMessages), ActiveConsumer: ds.ActiveConsumer}
 		sub.mu.Lock()
 		ss.ReadPosition = MessageID{LedgerID: sub.lastRead.LedgerID, EntryID: sub.lastRead.EntryID + 1}
 		addresses := make(map[uint64]string, len(sub.consumers))
+		metadata := make(map[uint64]map[string]string, len(sub.consumers))
 		for _, c := range sub.consumers {
 			addresses[c.id] = c.conn.remote
+			metadata[c.id] = c.metadata
 		}
 		sub.mu.Unlock()
 		for _, c := range ds.Consumers {
 			ss.Consumers = append(ss.Consumers, ConsumerStats{Name: c.Name, ID: c.ID, Address: addresses[c.ID],
-				Permits: c.AvailablePermits, Unacked: c.UnackedMessages, Blocked: c.BlockedOnUnackedMessages})
+				Permits: c.AvailablePermits, Unacked: c.UnackedMessages, Blocked: c.BlockedOnUnackedMessages,
+				Metadata: metadata[c.ID]})
 		}
 		st.Subscriptions[sub.name] = ss
 	}
@@ -612,17 +637,18 @@ func (s *Server) SeekSubscription(ctx context.Context, topic, name string, to Me
 	consumers := append([]*consumer(nil), sub.consumers...)
 	sub.mu.Unlock()
 	sub.signal()
-	s.closeConsumers(sub, consumers)
+	s.closeConsumers(sub, consumers, true)
 	return true, nil
 }
 
-// closeConsumers detaches consumers from sub and tells their clients.
-func (s *Server) closeConsumers(sub *subscription, consumers []*consumer) {
+// closeConsumers detaches consumers from sub and tells their clients;
+// seeking keeps a reader's subscription for their return (detachConsumer).
+func (s *Server) closeConsumers(sub *subscription, consumers []*consumer, seeking bool) {
 	for _, k := range consumers {
 		if !k.conn.detach(k) {
 			continue
 		}
-		sub.removeConsumer(k)
+		sub.detachConsumer(k, seeking)
 		_ = k.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{
 			ConsumerId: proto.Uint64(k.id),
 			RequestId:  proto.Uint64(0),
@@ -690,7 +716,40 @@ func (s *Server) CloseSubscription(topic, name string, force bool) int {
 	if len(consumers) > 0 && !force {
 		return len(consumers)
 	}
-	s.closeConsumers(sub, consumers)
+	s.closeConsumers(sub, consumers, false)
 	sub.ts.dropSubscription(sub)
 	return 0
+}
+
+// partitionIndexOf is the N of a partition's name "<topic>-partition-N", -1
+// for other names (as Pulsar's TopicName.getPartitionIndex).
+func partitionIndexOf(name string) int {
+	i := strings.LastIndex(name, "-partition-")
+	if i < 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(name[i+len("-partition-"):])
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// CanonicalTopic completes a topic name the way Pulsar's broker reads one
+// (TopicName): a bare "topic" is persistent://public/default/topic,
+// "tenant/ns/topic" is persistent://tenant/ns/topic, and a name with its
+// domain (persistent://, non-persistent://) stays as it is. Anything else
+// is returned unchanged for the Backend to refuse. Clients send short names
+// too: pulsar-client-go's producer does for the partitions it adds when a
+// partitioned topic grows.
+func CanonicalTopic(name string) string {
+	switch {
+	case strings.Contains(name, "://"):
+		return name
+	case !strings.Contains(name, "/"):
+		return "persistent://public/default/" + name
+	case strings.Count(name, "/") == 2:
+		return "persistent://" + name
+	}
+	return name
 }
