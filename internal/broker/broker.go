@@ -211,6 +211,8 @@ type Broker struct {
 	pulsar atomic.Pointer[pulsarBackend]
 	// isr is ISR mode (isr.go); nil when off. Set before serving.
 	isr *isrSide
+	// txn is the transaction coordinator (txn.go). Set before serving.
+	txn *txnSide
 
 	// loads counts partitions loaded here; failures those that stopped
 	// serving because their log failed or was fenced (not a release).
@@ -313,6 +315,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.Close()
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	b.startTxn() // before the front end, which asks whether there is one
 	front, err := kafka.New(kafka.Config{Backend: b, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		MaxQueuedRequestBytes: cfg.KafkaMaxQueuedRequestBytes, MaxConnRequestBytes: cfg.KafkaMaxConnRequestBytes})
 	if err != nil {
@@ -392,6 +395,7 @@ func (b *Broker) Close() error {
 	}
 	b.closePulsar()
 	b.closeISR()
+	b.closeTxn()
 	var err error
 	if b.cluster != nil {
 		err = b.cluster.Close() // releases bundles: onRelease closes their partitions

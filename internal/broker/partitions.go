@@ -168,7 +168,7 @@ func (b *Broker) load(l *loaded, rec catalog.Topic) {
 	}
 	p, err := partition.Open(ctx, partition.Config{
 		Name: l.name, Log: ledgerLog{ml: t}, Store: b.cfg.Store, FloorKey: floorKey(storage), MaxBatchBytes: maxEntryBatch,
-		ProducerExpiry: b.cfg.ProducerIDExpiration, Logger: b.cfg.Logger, Compacted: l.compacted.Load,
+		ProducerExpiry: b.cfg.ProducerIDExpiration, Logger: b.cfg.Logger, Compacted: l.compacted.Load, Transactions: true,
 		OnFail: func(err error) {
 			b.failures.Add(1)
 			b.log.Warn("partition failed; it is loaded again on the next request", "partition", l.name, "err", err)

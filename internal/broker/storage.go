@@ -179,6 +179,33 @@ type gatedPartition struct {
 	stuck *atomic.Bool
 }
 
+// LastStableOffset, AbortedTransactions and AppendMarker pass the wrapped
+// partition's transactions through (kafka.TransactionalPartition,
+// kafka.MarkerPartition): a marker is the coordinator's, written even while
+// the gate refuses produces, so that a decided transaction can end.
+func (g gatedPartition) LastStableOffset() int64 {
+	if tp, ok := g.Partition.(kafka.TransactionalPartition); ok {
+		return tp.LastStableOffset()
+	}
+	return g.Partition.HighWatermark()
+}
+
+func (g gatedPartition) AbortedTransactions(from, to int64) []kafka.AbortedTransaction {
+	if tp, ok := g.Partition.(kafka.TransactionalPartition); ok {
+		return tp.AbortedTransactions(from, to)
+	}
+	return nil
+}
+
+func (g gatedPartition) AppendMarker(ctx context.Context, pid int64, epoch int16, commit bool, coordinatorEpoch int32) <-chan kafka.AppendResult {
+	if mp, ok := g.Partition.(kafka.MarkerPartition); ok {
+		return mp.AppendMarker(ctx, pid, epoch, commit, coordinatorEpoch)
+	}
+	out := make(chan kafka.AppendResult, 1)
+	out <- kafka.AppendResult{Err: kerr.UnsupportedForMessageFormat}
+	return out
+}
+
 // Append refuses at once while the bookies cannot take the write, and
 // answers a waiting append the moment they stop being able to.
 func (g gatedPartition) Append(ctx context.Context, batch []byte) <-chan kafka.AppendResult {

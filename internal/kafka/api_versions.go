@@ -77,6 +77,7 @@ var apis = []apiSpec{
 	{key: kmsg.TxnOffsetCommit, min: 0, max: 3, txn: true, group: true, handler: handleTxnOffsetCommit},
 	{key: kmsg.DescribeTransactions, min: 0, max: 0, txn: true, handler: handleDescribeTransactions},
 	{key: kmsg.ListTransactions, min: 0, max: 1, txn: true, handler: handleListTransactions},
+	{key: kmsg.WriteTxnMarkers, min: 0, max: 1, txn: true, handler: handleWriteTxnMarkers},
 	{key: kmsg.SASLHandshake, min: 0, max: 1, sasl: true},
 	{key: kmsg.SASLAuthenticate, min: 0, max: 2, sasl: true},
 	{key: kmsg.DescribeUserSCRAMCredentials, min: 0, max: 0, credentials: true, handler: handleDescribeUserSCRAMCredentials},

@@ -17,6 +17,7 @@ package kafka
 
 import (
 	"context"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -257,4 +258,78 @@ func contains[T comparable](xs []T, x T) bool {
 		}
 	}
 	return false
+}
+
+// GroupMarkerTopic is the topic name under which a WriteTxnMarkers request
+// between Quire brokers carries a consumer group's marker: Kafka writes it
+// to the group's __consumer_offsets partition, which Quire does not have,
+// so the group is named instead (GroupMarkerTopic + group name).
+const GroupMarkerTopic = "__quire_group:"
+
+// MarkerPartition is a Partition that stores transactions: it appends the
+// coordinator's commit and abort markers.
+type MarkerPartition interface {
+	AppendMarker(ctx context.Context, producerID int64, epoch int16, commit bool, coordinatorEpoch int32) <-chan AppendResult
+}
+
+// TxnGroupMarker is a GroupCoordinator that ends a producer's pending
+// transactional offsets in a group it coordinates.
+type TxnGroupMarker interface {
+	CompleteTxn(ctx context.Context, group string, producerID int64, commit bool) *kerr.Error
+}
+
+// WriteTxnMarkers (key 27) v0–v1: the transaction coordinator's markers, sent
+// to the broker serving each partition (and, between Quire brokers, to each
+// group's coordinator under GroupMarkerTopic). Each partition answers its
+// own error; the coordinator retries the failed ones.
+func handleWriteTxnMarkers(s *Server, _ context.Context, rq *request) finishFunc {
+	req := rq.kreq.(*kmsg.WriteTxnMarkersRequest)
+	return func(ctx context.Context) kmsg.Response {
+		resp := req.ResponseKind().(*kmsg.WriteTxnMarkersResponse)
+		for _, m := range req.Markers {
+			rm := kmsg.NewWriteTxnMarkersResponseMarker()
+			rm.ProducerID = m.ProducerID
+			for _, t := range m.Topics {
+				rt := kmsg.NewWriteTxnMarkersResponseMarkerTopic()
+				rt.Topic = t.Topic
+				for _, p := range t.Partitions {
+					rp := kmsg.NewWriteTxnMarkersResponseMarkerTopicPartition()
+					rp.Partition = p
+					rp.ErrorCode = rq.note(s.writeMarker(ctx, m, t.Topic, p))
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				rm.Topics = append(rm.Topics, rt)
+			}
+			resp.Markers = append(resp.Markers, rm)
+		}
+		return resp
+	}
+}
+
+// writeMarker appends one marker and returns its error code.
+func (s *Server) writeMarker(ctx context.Context, m kmsg.WriteTxnMarkersRequestMarker, topic string, partition int32) int16 {
+	if group, ok := strings.CutPrefix(topic, GroupMarkerTopic); ok {
+		gm, ok := s.backend.Groups().(TxnGroupMarker)
+		if !ok {
+			return kerr.UnsupportedVersion.Code
+		}
+		if err := gm.CompleteTxn(ctx, group, m.ProducerID, m.Committed); err != nil {
+			return err.Code
+		}
+		return 0
+	}
+	p, err := s.backend.Partition(ctx, topic, partition)
+	if code := s.errorCode(err, "write txn markers", "topic", topic); code != 0 {
+		return code
+	}
+	mp, ok := p.(MarkerPartition)
+	if !ok {
+		return kerr.UnsupportedForMessageFormat.Code
+	}
+	select {
+	case r := <-mp.AppendMarker(ctx, m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch):
+		return s.errorCode(r.Err, "write txn marker", "topic", topic)
+	case <-ctx.Done():
+		return kerr.RequestTimedOut.Code
+	}
 }
