@@ -381,23 +381,12 @@ func (p *Partition) Append(ctx context.Context, raw []byte) <-chan kafka.AppendR
 	}
 	// Room in the log first, without the lock: a full log makes this
 	// produce wait, and nothing else.
-	permit, err := p.cfg.Log.Admit(ctx)
+	permit, err := p.admitLocked(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			p.admitTimeouts.Add(1)
-			out <- kafka.AppendResult{Err: kerr.RequestTimedOut}
-		} else {
-			out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
-		}
+		out <- kafka.AppendResult{Err: err}
 		return out
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.failed != nil || p.closing {
-		permit.Release()
-		out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
-		return out
-	}
 	var rec *batchRecord
 	if b.Idempotent() {
 		dup, err := p.producers.check(b)
@@ -437,6 +426,29 @@ func (p *Partition) Append(ctx context.Context, raw []byte) <-chan kafka.AppendR
 	return out
 }
 
+// admitLocked waits for room in the log and then takes mu. On success the
+// caller holds mu and the permit; otherwise nothing is held and the error
+// (a kerr error) answers the append: REQUEST_TIMED_OUT when the produce's
+// deadline passed waiting (a full log), NOT_LEADER_OR_FOLLOWER when the
+// partition stopped serving.
+func (p *Partition) admitLocked(ctx context.Context) (Permit, error) {
+	permit, err := p.cfg.Log.Admit(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			p.admitTimeouts.Add(1)
+			return nil, kerr.RequestTimedOut
+		}
+		return nil, kerr.NotLeaderForPartition
+	}
+	p.mu.Lock()
+	if p.failed != nil || p.closing {
+		p.mu.Unlock()
+		permit.Release()
+		return nil, kerr.NotLeaderForPartition
+	}
+	return permit, nil
+}
+
 // enqueue hands an append whose offsets are assigned to the acker; the
 // caller holds mu.
 func (p *Partition) enqueue(pd *pending) {
@@ -459,18 +471,12 @@ func (p *Partition) AppendMarker(ctx context.Context, pid int64, epoch int16, co
 		return out
 	}
 	raw := ControlBatch(pid, epoch, commit, coordinatorEpoch, time.Now().UnixMilli())
-	permit, err := p.cfg.Log.Admit(ctx)
+	permit, err := p.admitLocked(ctx)
 	if err != nil {
-		out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
+		out <- kafka.AppendResult{Err: err}
 		return out
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.failed != nil || p.closing {
-		permit.Release()
-		out <- kafka.AppendResult{Err: kerr.NotLeaderForPartition}
-		return out
-	}
 	if err := p.producers.fence(pid, epoch, time.Now()); err != nil {
 		permit.Release()
 		out <- kafka.AppendResult{Err: kerr.InvalidProducerEpoch}
