@@ -35,6 +35,7 @@ type brokerFlags struct {
 	pulsarAddr        string
 	ledgerMutant      string
 	kafkaTLS          tlsconf.Files
+	httpTLS           tlsconf.Files // the HTTP listener (/metrics, /healthz, the admin REST API)
 	kafkaSASL         saslFlags
 	pulsarAdvertised  string
 	zone              string
@@ -76,6 +77,9 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.kafkaTLS.Cert, "kafka-tls-cert", "", "PEM certificate: the Kafka listener speaks TLS, Kafka's SSL (reloaded when the file changes; quire certs makes test ones)")
 	f.StringVar(&b.kafkaTLS.Key, "kafka-tls-key", "", "PEM private key of --kafka-tls-cert")
 	f.StringVar(&b.kafkaTLS.ClientCA, "kafka-tls-client-ca", "", "PEM CA certificates: the Kafka listener requires client certificates signed by them (mutual TLS, ssl.client.auth=required)")
+	f.StringVar(&b.httpTLS.Cert, "http-tls-cert", "", "PEM certificate: the HTTP listener (--http-addr: metrics, health, admin REST) serves HTTPS (reloaded when the file changes)")
+	f.StringVar(&b.httpTLS.Key, "http-tls-key", "", "PEM private key of --http-tls-cert")
+	f.StringVar(&b.httpTLS.ClientCA, "http-tls-client-ca", "", "PEM CA certificates: the HTTP listener requires client certificates signed by them (mutual TLS)")
 	b.kafkaSASL.register(f)
 	f.StringVar(&b.isr.Dir, "isr-data-dir", "", "ISR mode: the directory of this broker's partition replicas (empty: no ISR-mode topics served here)")
 }
@@ -191,7 +195,7 @@ ledgers; no data is copied.`,
 			health := admin.NewHealth()
 			health.RegisterReporter("broker", brokerReporter(br))
 			_ = prometheus.DefaultRegisterer.Register(health.Collector(2 * time.Second)) // quire_component_status
-			httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
+			httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log, TLS: o.broker.httpTLS})
 			if err != nil {
 				return err
 			}

@@ -122,7 +122,7 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		log.Warn("health metrics not registered", "err", err)
 	}
 
-	httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log})
+	httpServer, err := admin.Listen(admin.Config{Addr: o.httpAddr, Health: health, Logger: log, TLS: o.broker.httpTLS})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"quire/internal/testutil"
 	"quire/internal/tlsconf"
 )
 
@@ -76,5 +78,50 @@ func TestKafkaOverMutualTLS(t *testing.T) {
 		}
 		bcancel()
 		bad.Close()
+	}
+}
+
+// --http-tls-*: the HTTP listener of a standalone (metrics, health, the
+// admin REST API) serves HTTPS to clients trusting the CA, and only HTTPS.
+func TestHTTPSAdminListener(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs quire processes")
+	}
+	certs := t.TempDir()
+	if out, err := runQuire(t, "certs", "--dir", certs, "--hosts", "127.0.0.1", "--client", "alice"); err != nil {
+		t.Fatalf("quire certs: %v: %s", err, out)
+	}
+	httpAddr := freeAddr(t)
+	p := startQuire(t, "standalone", "--data-dir", t.TempDir(), "--http-addr", httpAddr, "--kafka-addr", freeAddr(t),
+		"--meta-client-addr", freeAddr(t), "--meta-peer-addr", freeAddr(t),
+		"--bookie-addrs", strings.Join([]string{freeAddr(t), freeAddr(t), freeAddr(t)}, ","), "--pulsar-addr", freeAddr(t),
+		"--http-tls-cert", filepath.Join(certs, "server.pem"), "--http-tls-key", filepath.Join(certs, "server-key.pem"))
+	pool, err := tlsconf.Pool(filepath.Join(certs, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	https := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	get := func(c *http.Client, url string) int {
+		resp, err := c.Get(url)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	testutil.WaitForWithin(t, 60*time.Second, "/readyz over HTTPS", func() bool {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("quire exited: %v\n%s", err, tail(p.output.String(), 3000))
+		default:
+		}
+		return get(https, "https://"+httpAddr+"/readyz") == 200
+	})
+	if code := get(https, "https://"+httpAddr+"/metrics"); code != 200 {
+		t.Fatalf("/metrics over HTTPS: %d", code)
+	}
+	if code := get(&http.Client{Timeout: 5 * time.Second}, "http://"+httpAddr+"/readyz"); code == 200 {
+		t.Fatal("plain HTTP answered on the HTTPS listener")
 	}
 }

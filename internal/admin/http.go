@@ -8,6 +8,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"quire/internal/tlsconf"
 	"sort"
 	"strings"
 	"sync"
@@ -216,6 +218,10 @@ type Config struct {
 	Logger   *slog.Logger
 	// CheckTimeout bounds each health check; default 2s.
 	CheckTimeout time.Duration
+	// TLS, when its files are set, serves HTTPS (certificates reloaded when
+	// the files change; with a client CA, clients must present a
+	// certificate it signed).
+	TLS tlsconf.Files
 }
 
 // Server is the running HTTP server.
@@ -293,9 +299,19 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	var tlsCfg *tls.Config
+	if cfg.TLS.Enabled() {
+		var err error
+		if tlsCfg, err = tlsconf.Server(cfg.TLS); err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin: listen %s: %w", cfg.Addr, err)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
 	}
 	mux := Mux(cfg)
 	s := &Server{
