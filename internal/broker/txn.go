@@ -172,7 +172,7 @@ func (b *Broker) localMarker(ctx context.Context, op txn.MarkerOp, p txn.Partiti
 		return kerr.UnsupportedForMessageFormat
 	}
 	select {
-	case r := <-mp.AppendMarker(ctx, op.ProducerID, op.ProducerEpoch, op.Commit, 0):
+	case r := <-mp.AppendMarker(ctx, op.ProducerID, op.ProducerEpoch, op.Commit, op.Decision):
 		return r.Err
 	case <-ctx.Done():
 		return kerr.RequestTimedOut
@@ -219,7 +219,7 @@ func (b *Broker) remoteMarkers(ctx context.Context, id int32, op txn.MarkerOp, p
 	}
 	req := kmsg.NewPtrWriteTxnMarkersRequest()
 	m := kmsg.NewWriteTxnMarkersRequestMarker()
-	m.ProducerID, m.ProducerEpoch, m.Committed = op.ProducerID, op.ProducerEpoch, op.Commit
+	m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch = op.ProducerID, op.ProducerEpoch, op.Commit, op.Decision
 	byTopic := map[string][]int32{}
 	var order []string
 	for _, p := range parts {

@@ -223,16 +223,16 @@ func (p *Partition) load(ctx context.Context) error {
 			p.indexBatch(b, e.Pos, int32(len(e.Payload)))
 			switch {
 			case b.Control():
-				commit, err := ParseControl(e.Payload)
+				commit, coordinatorEpoch, err := ParseControl(e.Payload)
 				if err != nil {
 					p.log.Warn("skipping a control batch that is not a marker", "pos", e.Pos, "err", err)
 					continue
 				}
 				_ = p.producers.fence(b.ProducerID, b.ProducerEpoch, time.Now())
-				p.txns.observe(b, commit)
+				p.txns.observe(b, commit, coordinatorEpoch)
 			case b.Idempotent():
 				p.producers.record(b, doneRecord(), time.Now())
-				p.txns.observe(b, false)
+				p.txns.observe(b, false, 0)
 			}
 		}
 		last := es[len(es)-1].Pos
@@ -421,7 +421,7 @@ func (p *Partition) Append(ctx context.Context, raw []byte) <-chan kafka.AppendR
 	if rec != nil {
 		p.producers.record(b, rec, time.Now())
 	}
-	p.txns.observe(b, false)
+	p.txns.observe(b, false, 0)
 	p.enqueue(&pending{batch: b, ack: permit.Append(payload), rec: rec, result: out, size: int32(len(payload))})
 	return out
 }
@@ -477,6 +477,14 @@ func (p *Partition) AppendMarker(ctx context.Context, pid int64, epoch int16, co
 		return out
 	}
 	defer p.mu.Unlock()
+	if p.txns.stale(pid, coordinatorEpoch) {
+		// A late copy of a marker applied here already (the coordinator
+		// that sent it has not learnt it was superseded): done, and
+		// nothing written.
+		permit.Release()
+		out <- kafka.AppendResult{BaseOffset: -1, LogAppendTime: -1, LogStartOffset: p.logStart}
+		return out
+	}
 	if err := p.producers.fence(pid, epoch, time.Now()); err != nil {
 		permit.Release()
 		out <- kafka.AppendResult{Err: kerr.InvalidProducerEpoch}
@@ -486,7 +494,7 @@ func (p *Partition) AppendMarker(ctx context.Context, pid int64, epoch int16, co
 	b.BaseOffset = p.next
 	setOffsets(raw, b.BaseOffset, b.LeaderEpoch)
 	p.next = b.LastOffset() + 1
-	p.txns.observe(b, commit)
+	p.txns.observe(b, commit, coordinatorEpoch)
 	p.enqueue(&pending{batch: b, ack: permit.Append(raw), result: out, size: int32(len(raw))})
 	return out
 }

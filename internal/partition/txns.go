@@ -72,31 +72,35 @@ func (b Batch) Control() bool { return b.Attributes&attrControl != 0 }
 func (b Batch) Transactional() bool { return b.Attributes&attrTransactional != 0 }
 
 // ParseControl returns whether a control batch's marker commits (true) or
-// aborts (false).
-func ParseControl(raw []byte) (commit bool, err error) {
+// aborts (false), and the coordinator epoch it carries (Quire's
+// transaction coordinator puts the decision number there).
+func ParseControl(raw []byte) (commit bool, coordinatorEpoch int32, err error) {
 	b, err := ParseBatch(raw)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if !b.Control() || b.Records < 1 {
-		return false, fmt.Errorf("%w: not a control batch", ErrCorruptBatch)
+		return false, 0, fmt.Errorf("%w: not a control batch", ErrCorruptBatch)
 	}
 	rest := raw[BatchHeaderSize:]
 	n, ok := recordLen(rest)
 	if !ok || n > len(rest) {
-		return false, fmt.Errorf("%w: control record", ErrCorruptBatch)
+		return false, 0, fmt.Errorf("%w: control record", ErrCorruptBatch)
 	}
 	var r kmsg.Record
 	if err := r.ReadFrom(rest[:n]); err != nil || len(r.Key) < 4 {
-		return false, fmt.Errorf("%w: control record key", ErrCorruptBatch)
+		return false, 0, fmt.Errorf("%w: control record key", ErrCorruptBatch)
+	}
+	if len(r.Value) >= 6 {
+		coordinatorEpoch = int32(binary.BigEndian.Uint32(r.Value[2:]))
 	}
 	switch typ := int16(binary.BigEndian.Uint16(r.Key[2:])); typ {
 	case controlAbort:
-		return false, nil
+		return false, coordinatorEpoch, nil
 	case controlCommit:
-		return true, nil
+		return true, coordinatorEpoch, nil
 	default:
-		return false, fmt.Errorf("%w: control type %d", ErrCorruptBatch, typ)
+		return false, 0, fmt.Errorf("%w: control type %d", ErrCorruptBatch, typ)
 	}
 }
 
@@ -117,15 +121,29 @@ type AbortedTxn struct {
 type txnTracker struct {
 	open    map[int64]int64 // producer id → first offset of its open transaction
 	aborted []AbortedTxn    // in marker (LastOffset) order
+	// decided is, per producer id, the coordinator epoch (decision number)
+	// of its last marker here: a marker not above it is a late copy of one
+	// already applied, and must not end a later transaction.
+	decided map[int64]int32
 }
 
-func newTxnTracker() *txnTracker { return &txnTracker{open: map[int64]int64{}} }
+func newTxnTracker() *txnTracker {
+	return &txnTracker{open: map[int64]int64{}, decided: map[int64]int32{}}
+}
 
-// observe takes one appended batch, in offset order; commit is the
-// marker's outcome for a control batch.
-func (t *txnTracker) observe(b Batch, commit bool) {
+// stale reports whether a marker of pid with this coordinator epoch was
+// already superseded here.
+func (t *txnTracker) stale(pid int64, coordinatorEpoch int32) bool {
+	last, ok := t.decided[pid]
+	return ok && coordinatorEpoch <= last
+}
+
+// observe takes one appended batch, in offset order; commit and
+// coordinatorEpoch are a control batch's.
+func (t *txnTracker) observe(b Batch, commit bool, coordinatorEpoch int32) {
 	switch {
 	case b.Control():
+		t.decided[b.ProducerID] = max(t.decided[b.ProducerID], coordinatorEpoch)
 		first, ok := t.open[b.ProducerID]
 		if !ok {
 			return // a marker for a transaction with no records here

@@ -44,11 +44,11 @@ func TestControlBatch(t *testing.T) {
 		if err != nil || !b.Control() || !b.Transactional() {
 			t.Fatalf("ParseBatch = %+v, %v", b, err)
 		}
-		if got, err := ParseControl(raw); err != nil || got != commit {
-			t.Fatalf("ParseControl = %v, %v; want %v", got, err, commit)
+		if got, ce, err := ParseControl(raw); err != nil || got != commit || ce != 7 {
+			t.Fatalf("ParseControl = %v, %d, %v; want %v and coordinator epoch 7", got, ce, err, commit)
 		}
 	}
-	if _, err := ParseControl(ControlBatch(1, 0, true, 0, 0)[:BatchHeaderSize+2]); err == nil {
+	if _, _, err := ParseControl(ControlBatch(1, 0, true, 0, 0)[:BatchHeaderSize+2]); err == nil {
 		t.Fatal("a cut control batch parsed")
 	}
 }
@@ -66,28 +66,28 @@ func marker(pid int64, at int64) Batch {
 // overlap them, committed ones never.
 func TestTxnTracker(t *testing.T) {
 	tr := newTxnTracker()
-	tr.observe(Batch{BaseOffset: 0, LastOffsetDelta: 4, ProducerID: -1, Records: 5}, false) // not transactional
+	tr.observe(Batch{BaseOffset: 0, LastOffsetDelta: 4, ProducerID: -1, Records: 5}, false, 0) // not transactional
 	if got := tr.lso(5); got != 5 {
 		t.Fatalf("LSO %d with nothing open, want the HW 5", got)
 	}
-	tr.observe(txnBatch(1, 5, 3), false)  // 5..7
-	tr.observe(txnBatch(2, 8, 2), false)  // 8..9
-	tr.observe(txnBatch(1, 10, 2), false) // 10..11
+	tr.observe(txnBatch(1, 5, 3), false, 0)  // 5..7
+	tr.observe(txnBatch(2, 8, 2), false, 0)  // 8..9
+	tr.observe(txnBatch(1, 10, 2), false, 0) // 10..11
 	if got := tr.lso(12); got != 5 {
 		t.Fatalf("LSO %d, want 5 (producer 1 open since 5)", got)
 	}
-	tr.observe(marker(1, 12), true) // commit
+	tr.observe(marker(1, 12), true, 0) // commit
 	if got := tr.lso(13); got != 8 {
 		t.Fatalf("LSO %d after producer 1 committed, want 8", got)
 	}
-	tr.observe(txnBatch(2, 13, 1), false)
-	tr.observe(marker(2, 14), false) // abort 8..14
-	tr.observe(marker(3, 15), false) // a marker with no records here
+	tr.observe(txnBatch(2, 13, 1), false, 0)
+	tr.observe(marker(2, 14), false, 0) // abort 8..14
+	tr.observe(marker(3, 15), false, 0) // a marker with no records here
 	if got := tr.lso(16); got != 16 {
 		t.Fatalf("LSO %d with nothing open, want 16", got)
 	}
-	tr.observe(txnBatch(1, 16, 1), false)
-	tr.observe(marker(1, 17), false) // abort 16..17
+	tr.observe(txnBatch(1, 16, 1), false, 0)
+	tr.observe(marker(1, 17), false, 0) // abort 16..17
 	want := []AbortedTxn{{2, 8, 14}, {1, 16, 17}}
 	for _, c := range []struct {
 		from, to int64
@@ -112,8 +112,8 @@ func FuzzParseControl(f *testing.F) {
 	f.Add(ControlBatch(9, 3, false, 2, 5)[:70], false)
 	f.Add(mkBatch(-1, -1, -1, 1, 0), false)
 	f.Fuzz(func(t *testing.T, raw []byte, commit bool) {
-		_, _ = ParseControl(raw)
-		if got, err := ParseControl(ControlBatch(int64(len(raw)), 1, commit, 0, 0)); err != nil || got != commit {
+		_, _, _ = ParseControl(raw)
+		if got, _, err := ParseControl(ControlBatch(int64(len(raw)), 1, commit, 0, 0)); err != nil || got != commit {
 			t.Fatalf("ParseControl(ControlBatch(commit=%v)) = %v, %v", commit, got, err)
 		}
 	})
@@ -147,22 +147,22 @@ func TestPartitionTransactions(t *testing.T) {
 	if lso := p.LastStableOffset(); lso != 2 || p.HighWatermark() != 6 {
 		t.Fatalf("LSO %d HW %d, want 2 and 6", lso, p.HighWatermark())
 	}
-	marker := func(pid int64, epoch int16, commit bool) kafka.AppendResult {
-		return <-p.AppendMarker(context.Background(), pid, epoch, commit, 1)
+	marker := func(pid int64, epoch int16, commit bool, decision int32) kafka.AppendResult {
+		return <-p.AppendMarker(context.Background(), pid, epoch, commit, decision)
 	}
-	if r := marker(7, 0, false); r.Err != nil || r.BaseOffset != 6 { // abort 2..6
+	if r := marker(7, 0, false, 1); r.Err != nil || r.BaseOffset != 6 { // abort 2..6
 		t.Fatalf("abort marker: %+v", r)
 	}
 	if lso := p.LastStableOffset(); lso != 5 {
 		t.Fatalf("LSO %d after producer 7 aborted, want 5", lso)
 	}
-	if r := marker(8, 1, true); r.Err != nil { // commit under a bumped epoch
+	if r := marker(8, 1, true, 1); r.Err != nil { // commit under a bumped epoch
 		t.Fatalf("commit marker: %+v", r)
 	}
 	if lso, hw := p.LastStableOffset(), p.HighWatermark(); lso != hw || hw != 8 {
 		t.Fatalf("LSO %d HW %d with nothing open, want both 8", lso, hw)
 	}
-	if r := marker(8, 0, false); !errors.Is(r.Err, kerr.InvalidProducerEpoch) {
+	if r := marker(8, 0, false, 2); !errors.Is(r.Err, kerr.InvalidProducerEpoch) {
 		t.Fatalf("a marker of an older epoch: %v, want INVALID_PRODUCER_EPOCH", r.Err)
 	}
 	if r := <-p.Append(context.Background(), txnBatchRaw(8, 0, 1, 1)); r.Err == nil {
@@ -173,6 +173,14 @@ func TestPartitionTransactions(t *testing.T) {
 		t.Fatalf("aborted %v, want %v", got, want)
 	}
 	appendOK(t, p, txnBatchRaw(7, 0, 3, 1)) // 8: producer 7's next transaction
+	// A late copy of producer 7's first marker (decision 1, applied at 6)
+	// must not end this transaction: it is answered and written nowhere.
+	if r := marker(7, 0, false, 1); r.Err != nil || r.BaseOffset != -1 {
+		t.Fatalf("a late copy of an applied marker: %+v, want success without an offset", r)
+	}
+	if lso, hw := p.LastStableOffset(), p.HighWatermark(); lso != 8 || hw != 9 {
+		t.Fatalf("LSO %d HW %d after a late marker copy, want 8 and 9 (producer 7's transaction still open)", lso, hw)
+	}
 	p.Close(context.Background())
 
 	// A new owner: the same from the tail.
@@ -183,7 +191,10 @@ func TestPartitionTransactions(t *testing.T) {
 	if got := q.AbortedTransactions(0, 9); !slices.Equal(got, want) {
 		t.Fatalf("aborted after a takeover %v, want %v", got, want)
 	}
-	if r := <-q.AppendMarker(context.Background(), 8, 0, true, 1); !errors.Is(r.Err, kerr.InvalidProducerEpoch) {
+	if r := <-q.AppendMarker(context.Background(), 8, 0, true, 5); !errors.Is(r.Err, kerr.InvalidProducerEpoch) {
 		t.Fatalf("after a takeover, a marker of a fenced epoch: %v", r.Err)
+	}
+	if r := <-q.AppendMarker(context.Background(), 7, 0, true, 1); r.Err != nil || r.BaseOffset != -1 || q.LastStableOffset() != 8 {
+		t.Fatalf("after a takeover, a late marker copy: %+v, LSO %d; want ignored and LSO 8", r, q.LastStableOffset())
 	}
 }

@@ -349,9 +349,14 @@ func (c *Coordinator) EndTxn(id RequestID, req EndTxnRequest, now time.Time) {
 	switch st := ts.rec.State; {
 	case st == Ongoing:
 		next := ts.rec.Clone()
-		next.State, next.UpdateMs = want, c.now.UnixMilli()
+		next.State, next.UpdateMs, next.Decision = want, c.now.UnixMilli(), ts.rec.Decision+1
 		ts.pending = &pending{kind: pendEnd, req: id, next: next}
 		c.write(ts)
+		if c.cfg.Mutants.EarlyMarkers {
+			c.ready.Markers = append(c.ready.Markers, MarkerOp{ID: c.nextOp(), TransactionalID: next.TransactionalID,
+				ProducerID: next.ProducerID, ProducerEpoch: next.ProducerEpoch, Commit: req.Commit, Decision: next.Decision,
+				Partitions: slices.Clone(next.Partitions), Groups: slices.Clone(next.Groups)})
+		}
 	case st == want:
 		c.respond(id, kerr.ConcurrentTransactions) // a retry: the markers are still being written
 	case st == done:
@@ -386,7 +391,7 @@ func (c *Coordinator) abortOpen(ts *txnState) {
 	next := ts.rec.Clone()
 	next.LastProducerID, next.LastProducerEpoch = next.ProducerID, next.ProducerEpoch
 	next.ProducerEpoch++
-	next.State, next.UpdateMs = PrepareAbort, c.now.UnixMilli()
+	next.State, next.UpdateMs, next.Decision = PrepareAbort, c.now.UnixMilli(), next.Decision+1
 	ts.pending = &pending{kind: pendAbort, next: next}
 	c.write(ts)
 }
@@ -435,11 +440,15 @@ func (c *Coordinator) StepMeta(res MetaResult, now time.Time) {
 		delete(c.txns, ts.rec.TransactionalID)
 		return
 	case res.Err != nil && p.req != 0:
-		// The write may or may not have happened; if it did, the next
-		// write's compare fails and the id is reloaded. The client retries.
+		// The write may or may not have happened: what the coordinator holds
+		// may be stale, and a request it answered from it (an
+		// AddPartitions with nothing new, say) could contradict a decision
+		// the store already holds. The id is forgotten, so the next request
+		// for it reads the store first (the shell's rule). The client
+		// retries.
 		ts.pending = nil
 		c.respond(p.req, kerr.CoordinatorNotAvailable)
-		c.forgetIfUnstored(ts)
+		delete(c.txns, ts.rec.TransactionalID)
 		return
 	case res.Err != nil:
 		p.retryAt = c.now.Add(c.cfg.MetaRetry)
@@ -492,7 +501,7 @@ func (c *Coordinator) sendMarkers(ts *txnState) {
 	ts.markerOp, ts.markerNeedSend, ts.markerRetryAt = c.nextOp(), false, time.Time{}
 	c.ready.Markers = append(c.ready.Markers, MarkerOp{ID: ts.markerOp, TransactionalID: ts.rec.TransactionalID,
 		ProducerID: ts.rec.ProducerID, ProducerEpoch: ts.rec.ProducerEpoch, Commit: ts.rec.State == PrepareCommit,
-		Partitions: slices.Clone(ts.markerParts), Groups: slices.Clone(ts.markerGroups)})
+		Decision: ts.rec.Decision, Partitions: slices.Clone(ts.markerParts), Groups: slices.Clone(ts.markerGroups)})
 }
 
 // StepMarkers feeds the outcome of a MarkerOp.
@@ -613,6 +622,9 @@ func (c *Coordinator) checkInvariants() {
 			}
 			if n.State.preparing() && r.State.preparing() && n.State != r.State {
 				fail("a decided outcome never changes: %s to %s", r.State, n.State)
+			}
+			if n.State.preparing() && !r.State.preparing() && n.Decision != r.Decision+1 {
+				fail("every decision gets the next number: %d after %d", n.Decision, r.Decision)
 			}
 		}
 	}

@@ -173,6 +173,14 @@ func (w *world) req() RequestID {
 	return w.lastReq
 }
 
+// adopt does what the shell does before a request: an id the coordinator
+// does not know is read from the store and adopted.
+func (w *world) adopt(txnID string) {
+	if lr, ok := w.store[txnID]; ok && !w.c.Known(txnID) {
+		w.c.Adopt([]LoadedRecord{lr}, w.now)
+	}
+}
+
 func (w *world) answer(id RequestID) Response {
 	w.t.Helper()
 	w.pump()
@@ -186,6 +194,7 @@ func (w *world) answer(id RequestID) Response {
 func (w *world) init(txnID string) Response {
 	w.t.Helper()
 	id := w.req()
+	w.adopt(txnID)
 	w.c.InitProducerID(id, InitProducerIDRequest{TransactionalID: txnID, TimeoutMs: 60000, ProducerID: -1, ProducerEpoch: -1}, w.now)
 	return w.answer(id)
 }
@@ -193,6 +202,7 @@ func (w *world) init(txnID string) Response {
 func (w *world) add(txnID string, pid int64, epoch int16, parts ...Partition) error {
 	w.t.Helper()
 	id := w.req()
+	w.adopt(txnID)
 	w.c.AddPartitions(id, AddPartitionsRequest{TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch, Partitions: parts}, w.now)
 	return w.answer(id).Err
 }
@@ -200,6 +210,7 @@ func (w *world) add(txnID string, pid int64, epoch int16, parts ...Partition) er
 func (w *world) end(txnID string, pid int64, epoch int16, commit bool) error {
 	w.t.Helper()
 	id := w.req()
+	w.adopt(txnID)
 	w.c.EndTxn(id, EndTxnRequest{TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch, Commit: commit}, w.now)
 	return w.answer(id).Err
 }

@@ -89,6 +89,13 @@ type Record struct {
 	// StartMs is when the transaction began (the first participant was
 	// added); UpdateMs when the record last changed. Unix milliseconds.
 	StartMs, UpdateMs int64
+	// Decision numbers the id's decisions: it grows by one at every
+	// Prepare. Markers carry it (as Kafka's coordinator epoch), and a
+	// partition applies a producer's markers only in increasing order of
+	// it, so a late marker of an earlier transaction — from a coordinator
+	// that has not yet learnt it lost the id — cannot end a later one
+	// that reuses the producer id and epoch.
+	Decision int32
 }
 
 // Clone returns a deep copy.
@@ -179,6 +186,9 @@ type MarkerOp struct {
 	ProducerID      int64
 	ProducerEpoch   int16
 	Commit          bool
+	// Decision is the record's Decision: partitions ignore a marker whose
+	// Decision is not above the last one they applied for the producer.
+	Decision int32
 	Partitions      []Partition
 	Groups          []string
 }
@@ -219,6 +229,17 @@ type Config struct {
 	// MetaRetry is how long after a failed metadata write (not a version
 	// conflict) a Prepare or Complete write is tried again; default 100 ms.
 	MetaRetry time.Duration
+	// Mutants break the coordinator on purpose, for the simulator's
+	// checkers to catch (quire sim txn --mutant); zero in production.
+	Mutants Mutants
+}
+
+// Mutants are deliberately broken variants of the coordinator.
+type Mutants struct {
+	// EarlyMarkers sends a transaction's markers when EndTxn arrives, before
+	// its decision is durable: a failed write then leaves markers of an
+	// outcome the record never took.
+	EarlyMarkers bool
 }
 
 func (c Config) withDefaults() Config {
