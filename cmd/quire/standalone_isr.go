@@ -14,6 +14,7 @@ import (
 
 	"quire/internal/broker"
 	"quire/internal/catalog"
+	"quire/internal/isr"
 	"quire/internal/meta"
 )
 
@@ -29,13 +30,15 @@ import (
 // broker, as before.
 
 type standaloneISRFlags struct {
-	mode    string
-	brokers int
+	mode     string
+	brokers  int
+	recovery string
 }
 
 func (f *standaloneISRFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.mode, "mode", "", `"isr": run --brokers brokers with the Kafka namespace in ISR mode (partitions replicated on the brokers, Kafka's design); empty: one ledger-mode broker`)
 	cmd.Flags().IntVar(&f.brokers, "brokers", 3, "with --mode isr: how many brokers to run (Kafka on --kafka-addr's port and the ones after it)")
+	cmd.Flags().StringVar(&f.recovery, "isr-unclean-recovery", "balanced", "with --mode isr: unclean.recovery.strategy (KIP-966) for partitions whose every eligible replica came back from an unclean shutdown (a SIGKILL of this process): balanced (once all are back, elect the longest log), aggressive (at once, among those back) or none (stay offline)")
 }
 
 // startBrokers starts the standalone's broker(s): the first is returned
@@ -51,6 +54,10 @@ func (o standaloneOptions) startBrokers(ctx context.Context, store meta.Store, l
 	n := o.isr.brokers
 	if n < 1 || n > 9 {
 		return nil, nil, fmt.Errorf("--brokers %d: want 1 to 9", n)
+	}
+	recovery, err := isr.ParseRecoveryStrategy(o.isr.recovery)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--isr-unclean-recovery: %w", err)
 	}
 	cat := catalog.New(store)
 	if err := cat.EnsureDefaults(ctx); err != nil {
@@ -101,7 +108,8 @@ func (o standaloneOptions) startBrokers(ctx context.Context, store meta.Store, l
 			// coordinators under their members (UNKNOWN_MEMBER_ID).
 			f.handoffAfter = 0
 		}
-		f.isr = broker.ISRConfig{Dir: filepath.Join(o.dataDir, fmt.Sprintf("broker-%d", id), "isr"), MinISR: int(repl.MinInSyncReplicas)}
+		f.isr = broker.ISRConfig{Dir: filepath.Join(o.dataDir, fmt.Sprintf("broker-%d", id), "isr"), MinISR: int(repl.MinInSyncReplicas),
+			UncleanRecovery: recovery}
 		br, closeBroker, err := f.start(ctx, store, o.httpAddr, log)
 		if err != nil {
 			closeAll()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"quire/internal/testutil"
 )
 
 // freePortRun returns a host:port whose port and the n-1 after it are
@@ -48,9 +50,8 @@ func freePortRun(t *testing.T, n int) string {
 // a topic created with the default replication factor has three replicas
 // on three zones, all in sync; acks=all records and a group's committed
 // offset survive a stop (SIGTERM) and a restart on the same data
-// directory. (A SIGKILL of the whole process is an unclean shutdown of
-// every replica at once: with unclean election off the partitions then
-// stay offline, as KIP-966 has it; see the report of issue 14.)
+// directory. (A SIGKILL of the whole process, an unclean shutdown of every
+// replica at once, is TestStandaloneISRKilledRecovers.)
 func TestStandaloneISRMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs quire processes")
@@ -83,17 +84,11 @@ func TestStandaloneISRMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var md kadm.Metadata
-	for {
+	testutil.WaitForWithin(t, 30*time.Second, "three brokers and a partition with an ISR of 3", func() bool {
 		md, err = adm.Metadata(ctx, "replicated")
 		p := md.Topics["replicated"].Partitions[0]
-		if err == nil && len(md.Brokers) == 3 && p.Leader >= 0 && len(p.Replicas) == 3 && len(p.ISR) == 3 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("metadata: %v, %+v", err, md)
-		}
-		time.Sleep(50 * time.Millisecond) // polling a child process's state
-	}
+		return err == nil && len(md.Brokers) == 3 && p.Leader >= 0 && len(p.Replicas) == 3 && len(p.ISR) == 3
+	})
 	racks := map[string]bool{}
 	for _, b := range md.Brokers {
 		if b.Rack != nil {

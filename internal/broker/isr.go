@@ -55,6 +55,11 @@ type ISRConfig struct {
 	// (default 1). UncleanElection likewise for the controller.
 	MinISR          int
 	UncleanElection bool
+	// UncleanRecovery is the controller's unclean.recovery.strategy
+	// (KIP-966; zero: Balanced, Kafka's default): what becomes of a
+	// partition whose ISR and ELR emptied because their members came back
+	// from unclean shutdowns.
+	UncleanRecovery isr.RecoveryStrategy
 	// LagTimeMax is replica.lag.time.max.ms (default 30 s).
 	LagTimeMax time.Duration
 	// SessionTTL bounds how long a dead broker stays in the ISR's view of
@@ -106,7 +111,7 @@ func (b *Broker) startISR(ctx context.Context) error {
 	s.ctx, s.cancel = context.WithCancel(b.ctx)
 	if !c.NoController {
 		s.ctl = isrctl.Start(isrctl.Config{Store: b.cfg.Store, Name: strconv.Itoa(int(b.ID())), SessionTTL: c.SessionTTL,
-			Controller: isr.ControllerConfig{MinISR: minISR, UncleanElection: unclean}, Logger: b.cfg.Logger})
+			Controller: isr.ControllerConfig{MinISR: minISR, UncleanElection: unclean, UncleanRecovery: c.UncleanRecovery}, Logger: b.cfg.Logger})
 	}
 	s.mgr, err = isrnode.Start(isrnode.Config{
 		Broker: isr.BrokerID(b.ID()), Store: b.cfg.Store, Controller: s.client, Resolve: b.kafkaAddrOf,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"quire/internal/invariants"
@@ -22,6 +23,10 @@ type ControllerConfig struct {
 	DisableELR bool
 	// UncleanElection is unclean.leader.election.enable (default false).
 	UncleanElection bool
+	// UncleanRecovery is KIP-966's unclean.recovery.strategy: what happens
+	// to a partition whose ISR and ELR are both empty because their members
+	// came back from unclean shutdowns (default RecoveryBalanced).
+	UncleanRecovery RecoveryStrategy
 	// DisableAutoRebalance turns auto.leader.rebalance.enable off.
 	DisableAutoRebalance bool
 	// RebalanceInterval is leader.imbalance.check.interval.seconds
@@ -45,6 +50,50 @@ type ControllerConfig struct {
 	// pushed only when written, and the shell delivers pushes reliably.
 	PushInterval time.Duration
 	Mutants      Mutants
+}
+
+// RecoveryStrategy is KIP-966's unclean.recovery.strategy. Recovery works
+// on the partition's LastKnownELR and the log ends its members registered
+// with (Registration.LogEnds); it needs the ELR (not DisableELR). A
+// recovered leader is reported as an unclean election and its record marked
+// Unclean: a replica whose unflushed tail was lost with its machine may
+// lack records the partition acknowledged; after a process crash, where the
+// page cache survived, the longest log holds them all.
+type RecoveryStrategy int
+
+const (
+	// RecoveryBalanced (Kafka's default) waits until every member of the
+	// LastKnownELR has registered again, then elects the longest log.
+	RecoveryBalanced RecoveryStrategy = iota
+	// RecoveryAggressive elects the longest log among the LastKnownELR
+	// members registered now, without waiting for the others.
+	RecoveryAggressive
+	// RecoveryNone never recovers: the partition stays offline until an
+	// operator elects a leader uncleanly.
+	RecoveryNone
+)
+
+func (r RecoveryStrategy) String() string {
+	switch r {
+	case RecoveryBalanced:
+		return "balanced"
+	case RecoveryAggressive:
+		return "aggressive"
+	case RecoveryNone:
+		return "none"
+	}
+	return fmt.Sprintf("RecoveryStrategy(%d)", int(r))
+}
+
+// ParseRecoveryStrategy reads Kafka's spelling (Balanced, Aggressive,
+// None; any case).
+func ParseRecoveryStrategy(s string) (RecoveryStrategy, error) {
+	for _, r := range []RecoveryStrategy{RecoveryBalanced, RecoveryAggressive, RecoveryNone} {
+		if strings.EqualFold(s, r.String()) {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("unclean recovery strategy %q: want balanced, aggressive or none", s)
 }
 
 func (c *ControllerConfig) setDefaults() {
@@ -139,6 +188,17 @@ type brokerState struct {
 	// lastLoss is the broker epoch of its last return from an unclean
 	// shutdown (Registration.LastLoss).
 	lastLoss int64
+	// logEnds are its replicas' log ends as it registered them
+	// (Registration.LogEnds), by partition: unclean recovery compares them.
+	logEnds map[string]ReplicaLogEnd
+}
+
+func newBrokerState(reg Registration) *brokerState {
+	b := &brokerState{epoch: reg.Epoch, lastLoss: reg.LastLoss(), logEnds: make(map[string]ReplicaLogEnd, len(reg.LogEnds))}
+	for _, e := range reg.LogEnds {
+		b.logEnds[e.Partition] = e
+	}
+	return b
 }
 
 type partition struct {
@@ -258,7 +318,7 @@ func (c *Controller) Load(parts []StoredPartition, regs []Registration, now time
 		defer c.checkInvariants()
 	}
 	for _, reg := range regs {
-		c.brokers[reg.ID] = &brokerState{epoch: reg.Epoch, lastLoss: reg.LastLoss()}
+		c.brokers[reg.ID] = newBrokerState(reg)
 	}
 	for _, sp := range parts {
 		if sp.State.ControllerEpoch > c.cfg.Epoch {
@@ -393,7 +453,7 @@ func (c *Controller) Register(reg Registration, now time.Time) {
 	if b != nil && reg.Epoch > b.epoch && !b.fenced {
 		c.fence(reg.ID)
 	}
-	c.brokers[reg.ID] = &brokerState{epoch: reg.Epoch, lastLoss: reg.LastLoss()}
+	c.brokers[reg.ID] = newBrokerState(reg)
 	c.reconcileAll()
 }
 

@@ -21,8 +21,11 @@
 // ISR, ELR, partition epoch) that live in the metadata store, one key per
 // partition, and changes them only by compare-and-swap, as MetaOps its shell
 // performs. It fences brokers whose session ended, elects leaders (ISR, then
-// eligible leader replicas (KIP-966), then, only with unclean election on, any
-// live replica), applies AlterPartition proposals whose partition epoch is
+// eligible leader replicas (KIP-966), then unclean recovery (KIP-966's
+// unclean.recovery.strategy: when the ISR and ELR emptied because their
+// members came back from unclean shutdowns, the longest log of the record's
+// LastKnownELR, by the log ends the brokers registered with), then, only with
+// unclean election on, any live replica), applies AlterPartition proposals whose partition epoch is
 // current, and moves leadership back to preferred replicas. Its controller
 // epoch is written into every record it writes, and a new controller first
 // writes every record again under its own epoch (Load), so a deposed

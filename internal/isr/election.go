@@ -114,6 +114,7 @@ func (c *Controller) reconcile(p *partition) {
 	if len(s.ELR) == 0 {
 		s.ELR = nil
 	}
+	s.LastKnownELR = c.targetLastKnownELR(cur, s)
 
 	leaderOK := s.Leader != NoLeader && c.alive(s.Leader) && c.brokers[s.Leader].epoch == s.LeaderBrokerEpoch && s.InISR(s.Leader)
 	switch {
@@ -133,6 +134,11 @@ func (c *Controller) reconcile(p *partition) {
 		}
 	}
 	p.wantPreferred = false
+	if s.Leader != NoLeader {
+		// A leader holds every committed record: nobody else is needed to
+		// recover them.
+		s.LastKnownELR = nil
+	}
 	if s.SameContent(p.state) {
 		return
 	}
@@ -146,6 +152,65 @@ func (c *Controller) reconcile(p *partition) {
 		panic(fmt.Sprintf("isr: controller built an invalid record %s: %v", s, err))
 	}
 	c.write(p, s, nil, events)
+}
+
+// targetLastKnownELR is the LastKnownELR once cur's ISR and ELR became
+// next's: members that left them because they came back from an unclean
+// shutdown join it while the ISR is below min.insync.replicas (they were,
+// with the ELR, the replicas known to hold every committed record); it is
+// cleared once the ISR reaches min.insync.replicas, and whenever the
+// partition has a leader (reconcile).
+func (c *Controller) targetLastKnownELR(cur, next PartitionState) []BrokerID {
+	if c.cfg.DisableELR || len(next.ISR) >= cur.Config.MinISROr(c.cfg.MinISR) {
+		return nil
+	}
+	known := slices.Clone(cur.LastKnownELR)
+	for _, m := range append(slices.Clone(cur.ISR), cur.ELR...) {
+		if next.InISR(m.ID) || next.InELR(m.ID) || slices.Contains(known, m.ID) || !c.lostSince(m.ID, m.BrokerEpoch) {
+			continue
+		}
+		known = append(known, m.ID)
+	}
+	if len(known) == 0 {
+		return nil
+	}
+	slices.SortFunc(known, func(a, b BrokerID) int { return slices.Index(cur.Replicas, a) - slices.Index(cur.Replicas, b) })
+	return known
+}
+
+// recoveryCandidate is KIP-966's unclean recovery for a partition whose
+// ISR and ELR are empty: the member of its LastKnownELR with the longest
+// log (Registration.LogEnds; ties go to the earlier replica in the
+// assignment), once every member is registered (Balanced) or among those
+// registered now (Aggressive). NoLeader when there is none yet; the string
+// says why, or what was chosen.
+func (c *Controller) recoveryCandidate(s PartitionState) (BrokerID, string) {
+	strategy := c.cfg.UncleanRecovery
+	if c.cfg.DisableELR || strategy == RecoveryNone || len(s.ISR) > 0 || len(s.ELR) > 0 || len(s.LastKnownELR) == 0 {
+		return NoLeader, ""
+	}
+	best, bestEnd := NoLeader, ReplicaLogEnd{}
+	for _, id := range s.LastKnownELR {
+		if !c.alive(id) {
+			if strategy == RecoveryBalanced {
+				return NoLeader, fmt.Sprintf("unclean recovery (balanced) waits for replica %d of the last known ELR %v", id, s.LastKnownELR)
+			}
+			continue
+		}
+		end, ok := c.brokers[id].logEnds[s.Partition]
+		if !ok {
+			// It registered no log for the partition: an empty one.
+			end = ReplicaLogEnd{Partition: s.Partition, LastEpoch: NoEpoch}
+		}
+		if best == NoLeader || end.Longer(bestEnd) {
+			best, bestEnd = id, end
+		}
+	}
+	if best == NoLeader {
+		return NoLeader, ""
+	}
+	return best, fmt.Sprintf("unclean recovery (%s): the longest log of the last known ELR %v (last epoch %d, end offset %d)",
+		strategy, s.LastKnownELR, bestEnd.LastEpoch, bestEnd.EndOffset)
 }
 
 // elect chooses a leader for s in place and returns what to report.
@@ -173,15 +238,31 @@ func (c *Controller) elect(s *PartitionState) []Event {
 			return i >= 0 && !c.lostSince(r, s.ELR[i].BrokerEpoch)
 		}), "elr"
 	}
+	var recovery string
+	if id == NoLeader {
+		// Before unclean election, as Kafka's electAnyLeader tries its last
+		// known leader first: the longest log of the last known ELR loses
+		// less than the first live replica.
+		id, recovery = c.recoveryCandidate(*s)
+		how = "recovery"
+	}
 	if id == NoLeader && s.Config.UncleanElectionOr(c.cfg.UncleanElection) {
 		id, how = pick(func(BrokerID) bool { return true }), "unclean"
 	}
 	if id == NoLeader {
-		return []Event{{Kind: EventElected, Partition: s.Partition, Broker: NoLeader, Epoch: s.LeaderEpoch, Detail: "no eligible replica: offline"}}
+		detail := "no eligible replica: offline"
+		if recovery != "" {
+			detail += "; " + recovery
+		}
+		return []Event{{Kind: EventElected, Partition: s.Partition, Broker: NoLeader, Epoch: s.LeaderEpoch, Detail: detail}}
 	}
 	s.Leader, s.LeaderBrokerEpoch = id, c.brokers[id].epoch
 	me := Member{ID: id, BrokerEpoch: s.LeaderBrokerEpoch}
+	s.LastKnownELR = nil
 	switch {
+	case how == "recovery":
+		s.ISR, s.ELR, s.Unclean = []Member{me}, nil, true
+		return []Event{{Kind: EventUncleanElection, Partition: s.Partition, Broker: id, Epoch: s.LeaderEpoch, Detail: recovery}}
 	case how == "elr":
 		// The ELR member becomes the ISR (KIP-966); the ELR keeps the rest
 		// while the ISR stays below min.insync.replicas.

@@ -29,7 +29,7 @@ import (
 // Commands:
 //
 //	cluster brokers=3 [min-isr=1] [lag=10s] [unclean] [no-elr] [auto-rebalance] [rebalance-every=300s]
-//	        [flush-messages=0] [flush-ms=0] [push-every=0] [mutant=name]
+//	        [flush-messages=0] [flush-ms=0] [push-every=0] [recovery=balanced|aggressive|none] [mutant=name]
 //	                                   brokers 1..N register; controller "c" (epoch 1) starts
 //	create-partition p1 replicas=(2,1,3)
 //	produce p1 to=2 [acks=1|all|0] [n=1] [timeout=30s]
@@ -208,7 +208,7 @@ func (e *scriptEnv) run(t *testing.T, d *datadriven.TestData) string {
 		for _, part := range sortedKeys(n.replicas) {
 			n.replicas[part].SetBrokerEpoch(n.epoch, e.now)
 		}
-		e.ctrl.Register(isr.Registration{ID: n.id, Epoch: n.epoch}, e.now)
+		e.ctrl.Register(isr.Registration{ID: n.id, Epoch: n.epoch, LogEnds: n.logEnds()}, e.now)
 		e.drainControllerIndent("  ")
 	case "cut", "heal":
 		e.cmdCut(d)
@@ -338,10 +338,15 @@ func (e *scriptEnv) cmdCluster(d *datadriven.TestData) {
 	}
 	e.mutants, e.mutated = m, m.Any()
 	flags := e.args(d)
+	recovery, err := isr.ParseRecoveryStrategy(e.str(d, "recovery", "balanced"))
+	if err != nil {
+		e.fail("%v", err)
+	}
 	e.ctrl = isr.NewController(isr.ControllerConfig{
 		Epoch: 1, MinISR: e.minISR, DisableELR: slices.Contains(flags, "no-elr"),
 		UncleanElection: slices.Contains(flags, "unclean"), DisableAutoRebalance: !slices.Contains(flags, "auto-rebalance"),
 		RebalanceInterval: e.dur(d, "rebalance-every", 300*time.Second), PushInterval: e.dur(d, "push-every", 0), Mutants: m,
+		UncleanRecovery: recovery,
 	}, e.now)
 	e.ctrl.Load(nil, nil, e.now)
 	for i := 1; i <= n; i++ {
@@ -710,6 +715,16 @@ func (e *scriptEnv) cmdCrash(d *datadriven.TestData) {
 	}
 }
 
+// logEnds is what a broker registers: where each of its logs ends.
+func (n *scriptNode) logEnds() []isr.ReplicaLogEnd {
+	var ends []isr.ReplicaLogEnd
+	for _, part := range sortedKeys(n.logs) {
+		l := n.logs[part]
+		ends = append(ends, isr.ReplicaLogEnd{Partition: part, LastEpoch: l.LatestEpoch(), EndOffset: l.EndOffset()})
+	}
+	return ends
+}
+
 func (e *scriptEnv) cmdRestart(d *datadriven.TestData) {
 	n := e.broker(e.arg0(d))
 	unclean := slices.Contains(e.args(d), "unclean")
@@ -726,7 +741,7 @@ func (e *scriptEnv) cmdRestart(d *datadriven.TestData) {
 		}
 		e.drainReplica(n, r, "  ")
 	}
-	e.ctrl.Register(isr.Registration{ID: n.id, Epoch: n.epoch, UncleanShutdown: unclean}, e.now)
+	e.ctrl.Register(isr.Registration{ID: n.id, Epoch: n.epoch, UncleanShutdown: unclean, LogEnds: n.logEnds()}, e.now)
 	e.drainControllerIndent("  ")
 }
 

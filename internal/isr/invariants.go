@@ -144,6 +144,15 @@ func (c *Controller) checkInvariants() {
 		if s.Leader != NoLeader && !s.InISR(s.Leader) {
 			c.violated("the leader is in the ISR: %s", s)
 		}
+		if len(s.LastKnownELR) > 0 && !c.cfg.Mutants.Any() &&
+			(s.Leader != NoLeader || c.cfg.DisableELR || len(s.ISR) >= s.Config.MinISROr(c.cfg.MinISR)) {
+			c.violated("a last known ELR only while leaderless with |ISR| < minISR, ELR on: %s", s)
+		}
+		for _, id := range s.LastKnownELR {
+			if s.InISR(id) || s.InELR(id) {
+				c.violated("last known ELR members are outside the ISR and ELR: %s", s)
+			}
+		}
 		if s.ControllerEpoch > c.cfg.Epoch {
 			c.violated("no record of a newer controller is kept: %s, mine %d", s, c.cfg.Epoch)
 		}

@@ -44,6 +44,13 @@ type PartitionState struct {
 	// the ISR while it was below min.insync.replicas, so they still hold
 	// every committed record.
 	ELR []Member `json:"elr,omitempty"`
+	// LastKnownELR (KIP-966's LastKnownELR) holds, while the ISR is below
+	// min.insync.replicas and no leader was elected since, the replicas that
+	// left the ISR or ELR because they came back from an unclean shutdown:
+	// the last ones known to have held every committed record before it.
+	// When the ISR and ELR are both empty, unclean recovery elects the
+	// longest log among them (ControllerConfig.UncleanRecovery).
+	LastKnownELR []BrokerID `json:"lastKnownElr,omitempty"`
 	// PartitionEpoch bumps with every change of leader, ISR or ELR.
 	PartitionEpoch int32 `json:"partitionEpoch"`
 	// ControllerEpoch is the epoch of the controller that last wrote it.
@@ -88,6 +95,7 @@ func (s PartitionState) Clone() PartitionState {
 	s.Replicas = slices.Clone(s.Replicas)
 	s.ISR = slices.Clone(s.ISR)
 	s.ELR = slices.Clone(s.ELR)
+	s.LastKnownELR = slices.Clone(s.LastKnownELR)
 	return s
 }
 
@@ -114,7 +122,8 @@ func (s PartitionState) ISRIDs() []BrokerID { return memberIDs(s.ISR) }
 func (s PartitionState) SameContent(o PartitionState) bool {
 	return s.Partition == o.Partition && slices.Equal(s.Replicas, o.Replicas) && s.Leader == o.Leader &&
 		s.LeaderBrokerEpoch == o.LeaderBrokerEpoch && s.LeaderEpoch == o.LeaderEpoch &&
-		slices.Equal(s.ISR, o.ISR) && slices.Equal(s.ELR, o.ELR) && s.PartitionEpoch == o.PartitionEpoch &&
+		slices.Equal(s.ISR, o.ISR) && slices.Equal(s.ELR, o.ELR) &&
+		slices.Equal(s.LastKnownELR, o.LastKnownELR) && s.PartitionEpoch == o.PartitionEpoch &&
 		s.Unclean == o.Unclean && s.Config.equal(o.Config)
 }
 
@@ -153,6 +162,11 @@ func (s PartitionState) Validate() error {
 			seen[m.ID] = set.name
 		}
 	}
+	for i, id := range s.LastKnownELR {
+		if !slices.Contains(s.Replicas, id) || slices.Contains(s.LastKnownELR[:i], id) {
+			return fmt.Errorf("partition %s: last known ELR %v: %d is not a replica or is there twice", s.Partition, s.LastKnownELR, id)
+		}
+	}
 	if s.Leader != NoLeader && !s.InISR(s.Leader) {
 		return fmt.Errorf("partition %s: leader %d is not in the ISR %v", s.Partition, s.Leader, s.ISRIDs())
 	}
@@ -164,6 +178,9 @@ func (s PartitionState) String() string {
 	fmt.Fprintf(&b, "%s leader=%d epoch=%d isr=%s", s.Partition, s.Leader, s.LeaderEpoch, formatMembers(s.ISR))
 	if len(s.ELR) > 0 {
 		fmt.Fprintf(&b, " elr=%s", formatMembers(s.ELR))
+	}
+	if len(s.LastKnownELR) > 0 {
+		fmt.Fprintf(&b, " lastKnownElr=%v", s.LastKnownELR)
 	}
 	fmt.Fprintf(&b, " pe=%d ce=%d", s.PartitionEpoch, s.ControllerEpoch)
 	if s.Unclean {
@@ -214,6 +231,28 @@ type Registration struct {
 	// set is itself that registration. An ISR or ELR member admitted under
 	// an older broker epoch may lack committed records.
 	LossEpoch int64 `json:"lossEpoch,omitempty"`
+	// LogEnds says where each partition replica the broker holds on disk
+	// ended when it registered (sorted by partition): what unclean recovery
+	// compares. A replica's log does not change while its partition has no
+	// leader, so the figures stay true for as long as recovery needs them.
+	LogEnds []ReplicaLogEnd `json:"logEnds,omitempty"`
+}
+
+// ReplicaLogEnd is where a replica's log ends: the epoch of its last batch
+// (from its leader-epoch cache) and its log end offset.
+type ReplicaLogEnd struct {
+	Partition string `json:"partition"`
+	LastEpoch int32  `json:"lastEpoch"`
+	EndOffset int64  `json:"endOffset"`
+}
+
+// Longer reports whether e is a longer log than o, as KIP-966's unclean
+// recovery ranks them: the higher last epoch, then the higher end offset.
+func (e ReplicaLogEnd) Longer(o ReplicaLogEnd) bool {
+	if e.LastEpoch != o.LastEpoch {
+		return e.LastEpoch > o.LastEpoch
+	}
+	return e.EndOffset > o.EndOffset
 }
 
 // LastLoss is the broker epoch at which the broker last came back from an

@@ -127,6 +127,17 @@ type isrBroker struct {
 	uncleanNext bool // the next registration reports an unclean shutdown
 }
 
+// logEnds is what the broker registers: where each of its logs ends
+// (read when the store takes the registration).
+func (b *isrBroker) logEnds() []isr.ReplicaLogEnd {
+	var ends []isr.ReplicaLogEnd
+	for _, part := range sortedKeys(b.logs) {
+		l := b.logs[part]
+		ends = append(ends, isr.ReplicaLogEnd{Partition: part, LastEpoch: l.LatestEpoch(), EndOffset: l.EndOffset()})
+	}
+	return ends
+}
+
 // isrController is one controller incarnation at node name.
 type isrController struct {
 	name string
@@ -607,6 +618,9 @@ func (s *isrSim) controllerEvent(c *isrController, ev isr.Event) {
 	switch ev.Kind {
 	case isr.EventUncleanElection:
 		s.situation("unclean election")
+		if strings.Contains(ev.Detail, "unclean recovery") {
+			s.situation("unclean recovery")
+		}
 		s.chk.unclean[ev.Partition] = true
 	case isr.EventElected:
 		s.situation("election")
@@ -700,7 +714,7 @@ func (s *isrSim) register(b *isrBroker) {
 	unclean := b.uncleanNext
 	s.send(name, isrMeta, "register", func() {
 		s.rev++
-		reg := isr.Registration{ID: b.id, Epoch: s.rev, UncleanShutdown: unclean, LossEpoch: b.lossEpoch}
+		reg := isr.Registration{ID: b.id, Epoch: s.rev, UncleanShutdown: unclean, LossEpoch: b.lossEpoch, LogEnds: b.logEnds()}
 		if unclean {
 			b.lossEpoch = s.rev
 		}

@@ -36,6 +36,7 @@ var isrSituations = []string{
 	"election", "ELR election", "unclean election", "ISR shrink", "ISR expand", "truncation", "acks=all acknowledged",
 	"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "session expired", "broker fenced", "controller failover",
 	"diverging epoch", "fenced leader epoch", "permitted loss", "acks=1 loss", "lossy failures >= min.insync.replicas",
+	"unclean recovery",
 	// Not reached yet (see the report): "controller deposed" and "CAS
 	// conflict" need a deposed controller to receive a proposal; brokers
 	// learn of the new controller within a heartbeat.

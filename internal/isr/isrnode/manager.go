@@ -134,6 +134,11 @@ type Manager struct {
 
 	unclean   bool
 	lossEpoch int64
+	// diskLogEnds are where the logs found on disk at start ended, by
+	// partition: registrations report them (isr.Registration.LogEnds) for
+	// replicas not open, so unclean recovery can compare the logs of a
+	// partition that has no leader.
+	diskLogEnds map[string]isr.ReplicaLogEnd
 
 	// isrShrinks and isrExpands count the ISR changes this broker's
 	// leaders proposed and the controller applied (Stats).
@@ -162,6 +167,10 @@ func Start(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "isr-node", "broker", cfg.Broker), ctx: ctx, cancel: cancel,
 		replicas: map[string]*replica{}, fetchers: map[isr.BrokerID]*fetcher{}, topics: map[[16]byte]string{}}
 	if err := m.readShutdownState(); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := m.readLogEnds(); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -202,13 +211,64 @@ func (m *Manager) readShutdownState() error {
 	return nil
 }
 
+// readLogEnds opens each partition log on disk (recovering its tail, as
+// opening it for the replica later will) to learn where it ends. It runs
+// before anything else opens them.
+func (m *Manager) readLogEnds() error {
+	fs := m.cfg.FS
+	names, err := fs.List(m.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("isrnode: list %s: %w", m.cfg.Dir, err)
+	}
+	slices.Sort(names)
+	m.diskLogEnds = map[string]isr.ReplicaLogEnd{}
+	for _, name := range names {
+		if _, _, ok := SplitPartitionName(name); !ok {
+			continue
+		}
+		lcfg := m.cfg.Log
+		lcfg.FS, lcfg.Dir = fs, fs.PathJoin(m.cfg.Dir, name)
+		l, err := disklog.Open(lcfg)
+		if err != nil {
+			// The replica will fail to open too; it reports no log end.
+			m.log.Warn("isr node: cannot read a log's end", "partition", name, "err", err)
+			continue
+		}
+		m.diskLogEnds[name] = isr.ReplicaLogEnd{Partition: name, LastEpoch: l.LatestEpoch(), EndOffset: l.EndOffset()}
+		if err := l.Close(); err != nil {
+			m.log.Warn("isr node: close a log after reading its end", "partition", name, "err", err)
+		}
+	}
+	return nil
+}
+
+// logEnds is what a registration reports: every replica's log end, from
+// the open replicas and, for the others, from disk at start.
+func (m *Manager) logEnds() []isr.ReplicaLogEnd {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ends := make(map[string]isr.ReplicaLogEnd, len(m.diskLogEnds)+len(m.replicas))
+	for name, e := range m.diskLogEnds {
+		ends[name] = e
+	}
+	for name, r := range m.replicas {
+		ends[name] = isr.ReplicaLogEnd{Partition: name, LastEpoch: r.disk.LatestEpoch(), EndOffset: r.disk.EndOffset()}
+	}
+	out := make([]isr.ReplicaLogEnd, 0, len(ends))
+	for _, e := range ends {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b isr.ReplicaLogEnd) int { return strings.Compare(a.Partition, b.Partition) })
+	return out
+}
+
 // register puts the broker's registration under a new session.
 func (m *Manager) register(ctx context.Context) (meta.Session, int64, error) {
 	sess, err := m.cfg.Store.NewSession(ctx, m.cfg.SessionTTL)
 	if err != nil {
 		return nil, 0, fmt.Errorf("isrnode: broker %d: session: %w", m.cfg.Broker, err)
 	}
-	reg := isr.Registration{ID: m.cfg.Broker, UncleanShutdown: m.unclean, LossEpoch: m.lossEpoch}
+	reg := isr.Registration{ID: m.cfg.Broker, UncleanShutdown: m.unclean, LossEpoch: m.lossEpoch, LogEnds: m.logEnds()}
 	v, err := sess.CreateEphemeral(ctx, isr.BrokerKey(m.cfg.Broker), reg.Marshal())
 	if err != nil {
 		sess.Close()
