@@ -320,24 +320,28 @@ func replayTopicSeed(out io.Writer, o simLedgerOptions) error {
 	if r.Err != nil {
 		return r.Err
 	}
-	fmt.Fprintf(out, "seed %d%s\nscenario: %s\n", r.Seed, mutantFlag(o.mutant), r.Scenario)
+	return printReplay(out, "topic", o.mutant, seedResult{Seed: r.Seed, Scenario: r.Scenario, Violations: r.Violations,
+		Liveness: r.Liveness, Trace: r.Trace}, r.Stats)
+}
+
+// printReplay prints everything about one replayed seed, its last line
+// "sim NAME seeds=1 violations=V", and fails when V > 0.
+func printReplay(out io.Writer, name, mutant string, r seedResult, stats any) error {
+	fmt.Fprintf(out, "seed %d%s\nscenario: %s\n", r.Seed, mutantFlag(mutant), r.Scenario)
 	for _, line := range r.Trace {
 		fmt.Fprintln(out, "  "+line)
 	}
-	fmt.Fprintf(out, "stats: %+v\n", r.Stats)
+	fmt.Fprintf(out, "stats: %+v\n", stats)
 	if r.Liveness != "" {
 		fmt.Fprintln(out, "liveness: "+r.Liveness)
 	}
 	for _, v := range r.Violations {
 		fmt.Fprintln(out, "violation: "+v)
 	}
-	violations := 0
-	if len(r.Violations) > 0 {
-		violations = 1
-	}
-	fmt.Fprintf(out, "sim topic seeds=1 violations=%d\n", violations)
+	violations := min(len(r.Violations), 1)
+	fmt.Fprintf(out, "sim %s seeds=1 violations=%d\n", name, violations)
 	if violations > 0 {
-		return fmt.Errorf("sim topic: seed %d: %w", r.Seed, errSafetyViolations)
+		return fmt.Errorf("sim %s: seed %d: %w", name, r.Seed, errSafetyViolations)
 	}
 	return nil
 }
@@ -376,20 +380,8 @@ func runSimTxn(out io.Writer, o simLedgerOptions, single bool) error {
 		if r.Err != nil {
 			return r.Err
 		}
-		fmt.Fprintf(out, "seed %d%s\nscenario: %s\n", r.Seed, mutantFlag(o.mutant), r.Scenario)
-		for _, line := range r.Trace {
-			fmt.Fprintln(out, "  "+line)
-		}
-		fmt.Fprintf(out, "stats: %+v\n", r.Stats)
-		for _, v := range r.Violations {
-			fmt.Fprintln(out, "violation: "+v)
-		}
-		violations := min(len(r.Violations), 1)
-		fmt.Fprintf(out, "sim txn seeds=1 violations=%d\n", violations)
-		if violations > 0 {
-			return fmt.Errorf("sim txn: seed %d: %w", r.Seed, errSafetyViolations)
-		}
-		return nil
+		return printReplay(out, "txn", o.mutant, seedResult{Seed: r.Seed, Scenario: r.Scenario, Violations: r.Violations,
+			Liveness: r.Liveness, Trace: r.Trace}, r.Stats)
 	}
 	first, last, err := parseSeedRange(o.seeds)
 	if err != nil {
