@@ -26,6 +26,7 @@ type chaosOptions struct {
 	partitions   int32
 	producers    int
 	rate         int
+	acks         string
 	keep         bool
 	noIdem       bool
 	ledgerMutant string
@@ -39,16 +40,22 @@ func newChaosCommand() *cobra.Command {
 		Use:   "chaos",
 		Short: "Faults on real processes: a cluster in network namespaces, a nemesis, Kafka clients and a checker",
 		Long: `Run a cluster of real quire processes (3 etcd members, bookies in three zones,
-brokers), each in its own network namespace joined by a bridge, while a nemesis
+brokers; with --mode isr 3 etcd members and 3 brokers holding the replicas of
+a namespace in ISR mode, RF 3, min.insync.replicas 2, unclean leader election
+off), each in its own network namespace joined by a bridge, while a nemesis
 injects faults on a schedule drawn from --seed: SIGKILL and restart (kill),
 SIGSTOP/SIGCONT (pause), one node cut off (partition), a minority side cut off
 from the majority (split), one node cut off from the etcd members only, so a
 broker loses its session while it still reaches bookies and clients (cut-meta),
-every bookie and broker SIGKILLed at once (power), a bookie's disk filled, then
-freed (disk-full: with this kind each bookie's data dir is a small file system,
-ext4 on a loop device or tmpfs). Idempotent acks=all Kafka producers (franz-go)
-write unique values to several partitions; every operation and its outcome go
-to a history file. After the run every fault is healed, every partition is read
+every bookie and broker SIGKILLed at once (power), a bookie's disk (a broker's
+in ISR mode) filled, then freed (disk-full: with this kind each such data dir
+is a small file system, ext4 on a loop device or tmpfs), the other brokers
+paused for 2s and then a broker killed, so a leader dies while its followers
+lag (lag-kill, the seed's K3). Idempotent acks=all Kafka producers (franz-go)
+write unique values to several partitions (--acks 1: leader-only
+acknowledgements, without idempotence, whose loss and duplicates are measured
+and reported, not failures); every operation and its outcome go to a history
+file. After the run every fault is healed, every partition is read
 back from the start, and the history is checked: acknowledged records lost,
 records duplicated, per-producer order, offsets reused, and each partition's
 linearizability (porcupine).
@@ -59,19 +66,21 @@ the end, on SIGINT or SIGTERM, and by the next run's sweep if the harness
 itself was killed.
 
 The last line is: chaos runs=N faults=F acked=A lost=L duplicated=D unavailable_s=U
-Not yet: --mode isr, clock-jump faults, composed faults.`,
+Not yet: clock-jump faults, composed faults other than lag-kill, unclean leader
+election and mutants in ISR mode.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runChaos(cmd, o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.mode, "mode", "ledger", "storage architecture under test: ledger (isr: not yet)")
+	f.StringVar(&o.mode, "mode", "ledger", "storage architecture under test: ledger (bookies) or isr (replicas on 3 brokers, RF 3, min.insync.replicas 2, unclean election off)")
 	f.DurationVar(&o.duration, "duration", 2*time.Minute, "how long the workload runs under faults, per run")
 	f.Int64Var(&o.seed, "seed", 0, "seed of the fault schedule (0: from the clock); run i uses seed+i")
 	f.IntVar(&o.runs, "runs", 1, "runs, each on a fresh cluster")
-	f.StringVar(&o.nemesis, "nemesis", "kill,pause,partition", "fault kinds: kill, pause, partition, split (a minority side with at most one etcd member), cut-meta (a node cut off from the etcd members only, both ways, 6-10s), power (every bookie and broker killed at once), disk-full (a bookie's small file system filled, then freed)")
-	f.StringSliceVar(&o.targets, "targets", []string{"meta", "bookie", "broker"}, "roles the nemesis picks victims from: meta, bookie, broker")
-	f.IntVar(&o.bookies, "bookies", 5, "bookies (4-6, zones a, b, c in turn)")
-	f.IntVar(&o.brokers, "brokers", 2, "brokers (2-3)")
+	f.StringVar(&o.nemesis, "nemesis", "kill,pause,partition", "fault kinds: kill, pause, partition, split (a minority side with at most one etcd member), cut-meta (a node cut off from the etcd members only, both ways, 6-10s), power (every bookie and broker killed at once), disk-full (a bookie's small file system filled, then freed; a broker's in isr mode), lag-kill (the other brokers paused 2s, then the target killed: a leader dies with lagging followers, the seed's K3)")
+	f.StringSliceVar(&o.targets, "targets", nil, "roles the nemesis picks victims from: meta, bookie, broker (default: every role the mode runs)")
+	f.IntVar(&o.bookies, "bookies", 0, "bookies (4-6, zones a, b, c in turn; 0: 5 in ledger mode, none in isr mode)")
+	f.IntVar(&o.brokers, "brokers", 0, "brokers (2-3; 0: 2 in ledger mode, 3 in isr mode, which needs 3)")
+	f.StringVar(&o.acks, "acks", "all", "producers' acks: all (idempotent) or 1 (the leader only; no idempotence, as Kafka requires; loss and duplicates are measured, not failures)")
 	f.Int32Var(&o.partitions, "partitions", 4, "partitions of the workload's topic")
 	f.IntVar(&o.producers, "producers", 3, "idempotent producers, each its own client")
 	f.IntVar(&o.rate, "rate", 50, "records per second per producer")
@@ -109,7 +118,16 @@ func runChaos(cmd *cobra.Command, o chaosOptions) error {
 	for _, t := range o.targets {
 		targets = append(targets, chaos.Role(t))
 	}
-	cfg := chaos.Config{Targets: targets, Binary: self, Mode: o.mode, Duration: o.duration, Seed: o.seed, Runs: o.runs, Nemesis: kinds,
+	var acks int
+	switch o.acks {
+	case "all", "-1":
+		acks = -1
+	case "1":
+		acks = 1
+	default:
+		return fmt.Errorf("--acks %q: want all or 1", o.acks)
+	}
+	cfg := chaos.Config{Targets: targets, Binary: self, Mode: o.mode, Duration: o.duration, Seed: o.seed, Runs: o.runs, Nemesis: kinds, Acks: acks,
 		Bookies: o.bookies, Brokers: o.brokers, Partitions: o.partitions, Producers: o.producers, Rate: o.rate,
 		NoIdempotence: o.noIdem, LedgerMutant: o.ledgerMutant, BookieMutant: o.bookieMutant, Keep: o.keep, Out: out}
 	if _, err := sim.ParseMutant(o.ledgerMutant); err != nil {

@@ -43,14 +43,44 @@ type Result struct {
 	// Unavailable is the time, from the first acknowledgement to the end of
 	// the produce phase, spent in whole seconds without any acknowledgement.
 	Unavailable time.Duration
+	// Permits: what the run's configuration allows; those anomalies are
+	// counted as always but do not make the result invalid.
+	Permits Permits
 }
 
-// Valid reports whether the history shows no anomaly: nothing lost,
-// duplicated, reordered, overwritten, resurrected or invented, and every
-// partition linearizable (or too large to check, which Linearizable says).
+// Permits lists the anomalies a configuration allows by design, so that
+// the checker measures and reports them instead of failing (issue 16: "for
+// configurations that permit loss, the loss is measured").
+type Permits struct {
+	// Loss: acknowledged records may vanish (acks=1; unclean election).
+	// Loss brings offset conflicts with it (the new leader writes other
+	// records at the lost records' offsets) and makes the partition's
+	// history non-linearizable, so those are permitted too.
+	Loss bool
+	// Duplicates: producers that cannot be idempotent (acks=1) may write a
+	// record twice when they retry.
+	Duplicates bool
+	// Why names the configuration, for the summary ("acks=1").
+	Why string
+}
+
+// Valid reports whether the history shows no anomaly the configuration
+// does not permit: nothing lost, duplicated, reordered, overwritten,
+// resurrected or invented, and every partition linearizable (or too large
+// to check, which Linearizable says). Reordering, resurrection and
+// phantoms are never permitted.
 func (r Result) Valid() bool {
-	if r.Lost+r.Duplicated+r.Reordered+r.OffsetConflicts+r.FailedPresent+r.Phantoms > 0 {
+	if r.Reordered+r.FailedPresent+r.Phantoms > 0 {
 		return false
+	}
+	if !r.Permits.Loss && r.Lost+r.OffsetConflicts > 0 {
+		return false
+	}
+	if !r.Permits.Duplicates && r.Duplicated > 0 {
+		return false
+	}
+	if r.Permits.Loss {
+		return true
 	}
 	for _, v := range r.Linearizable {
 		if v == linearizableIllegal || v == linearizableIllegalDirect {

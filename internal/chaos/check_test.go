@@ -141,6 +141,48 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckPermits: a configuration that permits loss (acks=1) gets the
+// loss, its offset conflicts, non-linearizable partitions and duplicates
+// counted but not failed; reordering and phantoms still fail it.
+func TestCheckPermits(t *testing.T) {
+	acks1 := Permits{Loss: true, Duplicates: true, Why: "acks=1"}
+	// p1-2 acknowledged at offset 1 by a leader that died; the new leader
+	// wrote p2-1 there; p1-3 was retried and written twice.
+	lossy := newHistoryBuilder().
+		invoke(1, 1, "p1-1", 0).ok("p1-1", 0, 0).invoke(1, 2, "p1-2", 0).ok("p1-2", 0, 1).
+		invoke(2, 1, "p2-1", 0).ok("p2-1", 0, 1).invoke(1, 3, "p1-3", 0).ok("p1-3", 0, 3).
+		read(0, "p1-1", "p2-1", "p1-3", "p1-3")
+	reordered := newHistoryBuilder().
+		invoke(1, 1, "p1-1", 0).invoke(1, 2, "p1-2", 0).ok("p1-2", 0, 0).ok("p1-1", 0, 1).
+		read(0, "p1-2", "p1-1")
+	phantom := newHistoryBuilder().invoke(1, 1, "p1-1", 0).ok("p1-1", 0, 0).read(0, "p1-1", "ghost")
+	for _, tc := range []struct {
+		name    string
+		history *historyBuilder
+		permits Permits
+		valid   bool
+	}{
+		{"loss under acks=all", lossy, Permits{}, false},
+		{"loss under acks=1", lossy, acks1, true},
+		{"duplicates only permitted, loss not", lossy, Permits{Duplicates: true}, false},
+		{"reordered under acks=1", reordered, acks1, false},
+		{"phantom under acks=1", phantom, acks1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Check(tc.history.events)
+			r.Permits = tc.permits
+			if r.Valid() != tc.valid {
+				t.Fatalf("Valid() = %v, want %v (lost=%d duplicated=%d offset-conflicts=%d reordered=%d phantoms=%d linearizable=%v)",
+					r.Valid(), tc.valid, r.Lost, r.Duplicated, r.OffsetConflicts, r.Reordered, r.Phantoms, r.Linearizable)
+			}
+		})
+	}
+	r := Check(lossy.events)
+	if r.Lost != 1 || r.Duplicated != 1 || r.OffsetConflicts == 0 {
+		t.Fatalf("lossy history: lost=%d duplicated=%d offset-conflicts=%d, want 1, 1, >0", r.Lost, r.Duplicated, r.OffsetConflicts)
+	}
+}
+
 // TestCheckCounts: the totals the summary line reports.
 func TestCheckCounts(t *testing.T) {
 	h := newHistoryBuilder().

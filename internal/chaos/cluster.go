@@ -64,6 +64,8 @@ type cluster struct {
 	http   *http.Client
 
 	smallDisks bool
+	diskRole   Role     // the role whose data dirs are small file systems
+	isr        bool     // ISR mode (clusterShape.isr)
 	mounts     []string // small file systems mounted, unmounted by stop
 
 	mu      sync.Mutex
@@ -73,15 +75,23 @@ type cluster struct {
 // clusterShape says how many of each role to run.
 type clusterShape struct {
 	bookies, brokers int
-	ledgerMutant     string // passed to the brokers ("": none)
-	bookieMutant     string // passed to the bookies ("": none)
-	// smallDisks mounts a small file system under each bookie's data dir
-	// (disk.go), for disk-full faults.
+	// isr: the brokers keep ISR replicas (--isr-data-dir) and the Kafka
+	// namespace is set to ISR mode before they start (setISRPolicy).
+	isr          bool
+	ledgerMutant string // passed to the brokers ("": none)
+	bookieMutant string // passed to the bookies ("": none)
+	// smallDisks mounts a small file system under the data dir of each
+	// node that keeps data (disk.go): the bookies, or in ISR mode the
+	// brokers; for disk-full faults.
 	smallDisks bool
 }
 
+// isrNamespace is the Kafka namespace (the brokers' default) that ISR
+// mode puts in ISR mode.
+const isrNamespace = "public/default"
+
 func newCluster(binary string, env []string, nw *network, dir string, shape clusterShape, logf func(string, ...any)) *cluster {
-	c := &cluster{binary: binary, env: env, net: nw, dir: dir, logf: logf, smallDisks: shape.smallDisks,
+	c := &cluster{binary: binary, env: env, net: nw, dir: dir, logf: logf, smallDisks: shape.smallDisks, diskRole: RoleBookie, isr: shape.isr,
 		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: nw.DialContext, DisableKeepAlives: true}}}
 	zones := []string{"a", "b", "c"}
 	var initial []string
@@ -116,6 +126,14 @@ func newCluster(binary string, env []string, nw *network, dir string, shape clus
 		if shape.ledgerMutant != "" {
 			n.args = append(n.args, "--ledger-mutant", shape.ledgerMutant)
 		}
+		if shape.isr {
+			// A directory inside the data dir: the data dir may be a small
+			// file system's root, whose lost+found is no replica.
+			n.args = append(n.args, "--isr-data-dir", filepath.Join(n.dir, "isr"))
+		}
+	}
+	if shape.isr {
+		c.diskRole = RoleBroker
 	}
 	return c
 }
@@ -153,7 +171,7 @@ func (c *cluster) start(ctx context.Context) error {
 		if err := c.net.addNode(ctx, n.name, n.ip); err != nil {
 			return err
 		}
-		if n.role == RoleBookie && c.smallDisks {
+		if n.role == c.diskRole && c.smallDisks {
 			kind, err := mountSmallDisk(n.dir, n.dir+".img")
 			if err != nil {
 				return err
@@ -166,6 +184,13 @@ func (c *cluster) start(ctx context.Context) error {
 		}
 	}
 	for _, role := range []Role{RoleMeta, RoleBookie, RoleBroker} {
+		if role == RoleBroker && c.isr {
+			// A broker reads the namespace's policy when it starts
+			// (min.insync.replicas, unclean election): set it first.
+			if err := c.setISRPolicy(ctx); err != nil {
+				return err
+			}
+		}
 		for _, n := range c.nodes {
 			if n.role == role {
 				if err := c.spawn(n); err != nil {
@@ -177,6 +202,44 @@ func (c *cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// setISRPolicy puts the Kafka namespace in ISR mode (RF 3, minISR 2,
+// unclean election off) the way an operator does, with `quire admin`, run
+// in the switch namespace against the etcd members.
+func (c *cluster) setISRPolicy(ctx context.Context) error {
+	var endpoints []string
+	for _, m := range c.roles(RoleMeta) {
+		endpoints = append(endpoints, m.ip+":"+metaClientPort)
+	}
+	admin := []string{"admin", "--meta-endpoints", strings.Join(endpoints, ","), "--timeout", "20s"}
+	steps := [][]string{
+		{"tenants", "create", "public"},
+		{"namespaces", "create", isrNamespace},
+		{"namespaces", "set-replication", isrNamespace, "--mode", "isr",
+			"--replication-factor", fmt.Sprint(isrReplicationFactor), "--min-insync-replicas", fmt.Sprint(isrMinInSyncReplicas),
+			"--unclean-leader-election=false"},
+	}
+	for _, step := range steps {
+		cmd := c.net.command("sw", c.binary, append(admin, step...)...)
+		cmd.Env = append(os.Environ(), c.env...)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := startProcess(cmd)
+		if err == nil {
+			// An interrupted harness does not wait out --timeout.
+			stop := context.AfterFunc(ctx, func() { cmd.Process.Kill() })
+			err = cmd.Wait()
+			stop()
+		}
+		// A fresh cluster has neither; "exists" is a retry's leftover.
+		if err != nil && !strings.Contains(out.String(), "exists") {
+			return fmt.Errorf("quire %s: %w: %s", strings.Join(step, " "), err, strings.TrimSpace(out.String()))
+		}
+	}
+	c.logf("namespace %s in ISR mode: replication factor %d, min.insync.replicas %d, unclean leader election off",
+		isrNamespace, isrReplicationFactor, isrMinInSyncReplicas)
 	return nil
 }
 

@@ -41,16 +41,29 @@ const (
 	// running) and restarts them after the duration. What a bookie
 	// acknowledged is on disk, so nothing acknowledged may be lost; a
 	// bookie that acknowledges before writing loses it on every replica.
+	// In ISR mode it kills the three brokers, which hold the replicas.
 	FaultPower FaultKind = "power"
 	// FaultDiskFull fills a bookie's file system (a small one the harness
 	// mounted under its data dir when the run's nemesis has this kind) and
 	// frees it after the duration: the bookie must turn read-only, or fail
-	// its adds, without losing what it acknowledged.
+	// its adds, without losing what it acknowledged. In ISR mode it fills a
+	// broker's, under its replicas (--isr-data-dir).
 	FaultDiskFull FaultKind = "disk-full"
+	// FaultLagKill is the seed's K3 on real processes: every broker but
+	// the target is paused for lagKillPause (shorter than the session TTL,
+	// so they stay registered and in every ISR), while the target, leader
+	// of its partitions, goes on appending alone; then it is SIGKILLed and
+	// the others resumed, so the controller elects a leader that lacks
+	// what the target appended meanwhile. acks=1 acknowledged those records
+	// and loses them; acks=all never acknowledged them. The target is
+	// restarted after the fault's duration. A composed fault (pause +
+	// kill), needed because replication on one machine lags by well under
+	// a millisecond and the kernel here has no netem to slow links.
+	FaultLagKill FaultKind = "lag-kill"
 )
 
 // FaultKinds are the kinds implemented, in the order --nemesis lists them.
-var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit, FaultCutMeta, FaultPower, FaultDiskFull}
+var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit, FaultCutMeta, FaultPower, FaultDiskFull, FaultLagKill}
 
 // powerTarget is the Target of a FaultPower.
 const powerTarget = "bookies+brokers"
@@ -83,7 +96,7 @@ func ParseNemesis(list string) ([]FaultKind, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("--nemesis %q: want some of kill, pause, partition, split, cut-meta, power, disk-full", word)
+			return nil, fmt.Errorf("--nemesis %q: want some of kill, pause, partition, split, cut-meta, power, disk-full, lag-kill", word)
 		}
 	}
 	if len(kinds) == 0 {
@@ -122,6 +135,12 @@ const (
 	// cutMetaMin: a cut from etcd lasts past the session TTL (4s) and a
 	// takeover, or it makes no zombie.
 	cutMetaMin = 6 * time.Second
+	// lagKillPause is how long a lag-kill pauses the other brokers before
+	// it kills its target: well under the session TTL (4s), so they stay
+	// in the ISR and one of them is elected. lagKillMin leaves the target
+	// dead for a while after it.
+	lagKillPause = 2 * time.Second
+	lagKillMin   = 4 * time.Second
 )
 
 // Schedule draws the faults of a run of the given duration from seed: the
@@ -147,19 +166,36 @@ func Schedule(seed int64, duration time.Duration, kinds []FaultKind, targets []s
 			// The same draws as every other kind (so adding this kind kept
 			// the schedules of the others), mapped into [cutMetaMin, faultMax].
 			f.For = cutMetaMin + time.Duration(float64(f.For-faultMin)*float64(faultMax-cutMetaMin)/float64(faultMax-faultMin))
+		case FaultLagKill:
+			f.For = lagKillMin + time.Duration(float64(f.For-faultMin)*float64(faultMax-lagKillMin)/float64(faultMax-faultMin))
+			var brokers []string
+			for _, t := range targets {
+				if strings.HasPrefix(t, string(RoleBroker)) {
+					brokers = append(brokers, t)
+				}
+			}
+			if len(brokers) > 0 {
+				f.Target = brokers[rng.IntN(len(brokers))]
+			}
 		case FaultPower:
 			f.Target = powerTarget
 		case FaultDiskFull:
-			// Only bookies have a disk the harness can fill (a draw only
-			// schedules with this kind make).
-			var bookies []string
-			for _, t := range targets {
-				if strings.HasPrefix(t, string(RoleBookie)) {
-					bookies = append(bookies, t)
+			// Only the nodes that keep data have a disk the harness can
+			// fill: bookies, or brokers when there are none (ISR mode). A
+			// draw only schedules with this kind make.
+			var holders []string
+			for _, role := range []Role{RoleBookie, RoleBroker} {
+				for _, t := range targets {
+					if strings.HasPrefix(t, string(role)) {
+						holders = append(holders, t)
+					}
+				}
+				if len(holders) > 0 {
+					break
 				}
 			}
-			if len(bookies) > 0 {
-				f.Target = bookies[rng.IntN(len(bookies))]
+			if len(holders) > 0 {
+				f.Target = holders[rng.IntN(len(holders))]
 			}
 		}
 		if start+f.For > duration-scheduleTail {
@@ -281,13 +317,40 @@ func (m *nemesis) inject(ctx context.Context, f Fault) (func(context.Context) er
 		return func(ctx context.Context) error { return m.cluster.net.connect(ctx, n.name) }, nil
 	case FaultDiskFull:
 		if !m.cluster.hasSmallDisk(n) {
-			return nil, fmt.Errorf("%s has no small disk to fill (only bookies do, in runs whose nemesis has disk-full)", n.name)
+			return nil, fmt.Errorf("%s has no small disk to fill (only bookies do, or brokers in ISR mode, in runs whose nemesis has disk-full)", n.name)
 		}
 		if err := fillDisk(n.dir); err != nil {
 			emptyDisk(n.dir)
 			return nil, err
 		}
 		return func(context.Context) error { return emptyDisk(n.dir) }, nil
+	case FaultLagKill:
+		if n.role != RoleBroker {
+			return nil, fmt.Errorf("%s is not a broker (lag-kill kills a leader whose followers lag)", n.name)
+		}
+		var others []*node
+		for _, o := range m.cluster.roles(RoleBroker) {
+			if o != n {
+				others = append(others, o)
+			}
+		}
+		for i, o := range others {
+			if err := m.cluster.pause(o); err != nil {
+				for _, p := range others[:i] {
+					m.cluster.resume(p)
+				}
+				return nil, err
+			}
+		}
+		sleepUntil(ctx, time.Now().Add(lagKillPause))
+		m.cluster.kill(n)
+		var firstErr error
+		for _, o := range others {
+			if err := m.cluster.resume(o); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+		return func(context.Context) error { return m.cluster.restart(n) }, firstErr
 	case FaultCutMeta:
 		if err := m.cluster.cutMeta(ctx, n); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package chaos
 import (
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,14 +53,59 @@ func TestParseNemesis(t *testing.T) {
 	}
 }
 
-func TestConfigRefusesISR(t *testing.T) {
-	c := Config{Mode: "isr", Duration: time.Minute}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "not yet") {
-		t.Fatalf("isr: %v", err)
-	}
-	c = Config{Mode: "ledger", Duration: time.Minute}
-	if err := c.Validate(); err != nil || c.Bookies != 5 || c.Brokers != 2 {
+// TestConfigModes: each mode's defaults, and what ISR mode refuses
+// (bookies, bookie targets, a replication factor other than the brokers',
+// the ledger mutants).
+func TestConfigModes(t *testing.T) {
+	c := Config{Mode: "ledger", Duration: time.Minute}
+	if err := c.Validate(); err != nil || c.Bookies != 5 || c.Brokers != 2 || c.Acks != -1 || len(c.Targets) != 3 {
 		t.Fatalf("ledger defaults: %+v %v", c, err)
+	}
+	c = Config{Mode: "isr", Duration: time.Minute}
+	if err := c.Validate(); err != nil || c.Bookies != 0 || c.Brokers != 3 || c.Acks != -1 ||
+		!slices.Equal(c.Targets, []Role{RoleMeta, RoleBroker}) || c.Permits() != (Permits{}) {
+		t.Fatalf("isr defaults: %+v %v", c, err)
+	}
+	c = Config{Mode: "isr", Duration: time.Minute, Acks: 1}
+	if err := c.Validate(); err != nil || !c.NoIdempotence || !c.Permits().Loss || !c.Permits().Duplicates {
+		t.Fatalf("isr acks=1: %+v %v", c, err)
+	}
+	if !strings.Contains(c.Replay(1), "--acks 1") || strings.Contains(c.Replay(1), "--no-idempotence") {
+		t.Fatalf("replay of acks=1: %s", c.Replay(1))
+	}
+	for _, bad := range []Config{
+		{Mode: "isr", Duration: time.Minute, Bookies: 5},
+		{Mode: "isr", Duration: time.Minute, Brokers: 2},
+		{Mode: "isr", Duration: time.Minute, Targets: []Role{RoleBookie}},
+		{Mode: "isr", Duration: time.Minute, LedgerMutant: "no-fence-recovery-read"},
+		{Mode: "isr", Duration: time.Minute, Acks: 2},
+		{Mode: "kraft", Duration: time.Minute},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v: accepted", bad)
+		}
+	}
+}
+
+// TestScheduleDiskFullTargetsDataHolders: a disk-full fault picks a
+// bookie when there are any, a broker when there are none (ISR mode).
+func TestScheduleDiskFullTargetsDataHolders(t *testing.T) {
+	for _, tc := range []struct {
+		targets []string
+		prefix  string
+	}{
+		{[]string{"meta1", "bookie1", "bookie2", "broker1"}, "bookie"},
+		{[]string{"meta1", "meta2", "broker1", "broker2", "broker3"}, "broker"},
+	} {
+		faults := Schedule(1, 5*time.Minute, []FaultKind{FaultDiskFull}, tc.targets)
+		if len(faults) == 0 {
+			t.Fatal("no faults")
+		}
+		for _, f := range faults {
+			if !strings.HasPrefix(f.Target, tc.prefix) {
+				t.Errorf("targets %v: disk-full on %s, want a %s", tc.targets, f.Target, tc.prefix)
+			}
+		}
 	}
 }
 
@@ -119,5 +165,20 @@ func TestScheduleCutMetaOutlastsSession(t *testing.T) {
 	}
 	if cuts == 0 {
 		t.Fatal("10 minutes without a cut-meta fault")
+	}
+}
+
+// TestScheduleLagKill: a lag-kill targets a broker and leaves it dead
+// past the pause of the others.
+func TestScheduleLagKill(t *testing.T) {
+	targets := []string{"meta1", "meta2", "meta3", "broker1", "broker2", "broker3"}
+	faults := Schedule(3, 5*time.Minute, []FaultKind{FaultLagKill}, targets)
+	if len(faults) == 0 {
+		t.Fatal("no faults")
+	}
+	for _, f := range faults {
+		if !strings.HasPrefix(f.Target, "broker") || f.For < lagKillMin || f.For > faultMax {
+			t.Errorf("%v: want a broker, for %v to %v", f, lagKillMin, faultMax)
+		}
 	}
 }

@@ -20,17 +20,24 @@ type workload struct {
 	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
 	topic      string
 	partitions int32
-	producers  int
-	rate       int // records per second per producer
-	idempotent bool
-	history    *History
-	logf       func(string, ...any)
+	// replicationFactor is CreateTopics' replication_factor: 1 in ledger
+	// mode (which ignores it), the ISR namespace's factor in ISR mode.
+	replicationFactor int16
+	producers         int
+	rate              int // records per second per producer
+	acks              int // -1 (all) or 1 (the leader's)
+	idempotent        bool
+	history           *History
+	logf              func(string, ...any)
 }
 
 // deliveryTimeout bounds how long a producer retries a record before its
 // outcome becomes unknown. Longer than any one fault, so a record is rarely
 // left unknown by a fault the harness heals.
 const deliveryTimeout = 40 * time.Second
+
+// maxBuffered bounds each producer's records buffered in the client.
+const maxBuffered = 1000
 
 func (w *workload) client(opts ...kgo.Opt) (*kgo.Client, error) {
 	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(w.brokers...), kgo.Dialer(w.dial)}, opts...)...)
@@ -45,7 +52,7 @@ func (w *workload) createTopic(ctx context.Context) error {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	for {
-		resp, err := adm.CreateTopic(ctx, w.partitions, 1, nil, w.topic)
+		resp, err := adm.CreateTopic(ctx, w.partitions, w.replicationFactor, nil, w.topic)
 		if err == nil && (resp.Err == nil || errors.Is(resp.Err, kerr.TopicAlreadyExists)) {
 			return nil
 		}
@@ -69,8 +76,12 @@ func (w *workload) produce(ctx context.Context, stop <-chan struct{}, drain time
 	var wg sync.WaitGroup
 	errs := make(chan error, w.producers)
 	for p := 1; p <= w.producers; p++ {
-		opts := []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			kgo.DefaultProduceTopic(w.topic), kgo.RecordDeliveryTimeout(deliveryTimeout), kgo.MaxBufferedRecords(1000),
+		acks := kgo.AllISRAcks()
+		if w.acks == 1 {
+			acks = kgo.LeaderAck()
+		}
+		opts := []kgo.Opt{kgo.RequiredAcks(acks), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.DefaultProduceTopic(w.topic), kgo.RecordDeliveryTimeout(deliveryTimeout), kgo.MaxBufferedRecords(maxBuffered),
 			kgo.ProducerLinger(5 * time.Millisecond)}
 		if !w.idempotent {
 			opts = append(opts, kgo.DisableIdempotentWrite())
@@ -106,10 +117,20 @@ func (w *workload) runProducer(cl *kgo.Client, p int, stop <-chan struct{}) {
 	tick := time.NewTicker(time.Second / time.Duration(w.rate))
 	defer tick.Stop()
 	for seq := int64(1); ; seq++ {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			// Produce blocks while the buffer is full, and franz-go
+			// times buffered records out only once a partition has a
+			// leader to send them to: with every partition offline it
+			// would block past stop for good. A full buffer skips the
+			// tick instead (backpressure: nothing is invoked).
+			if cl.BufferedProduceRecords() < maxBuffered {
+				break
+			}
 		}
 		value := fmt.Sprintf("p%d-%d", p, seq)
 		partition := int32((seq + int64(p)) % int64(w.partitions))
