@@ -26,6 +26,12 @@
 # script creates them through Quire's admin REST API (the permissions that CI
 # grants are for the authentication tests, which are skipped).
 #
+# The standalone gets the two settings the suite's CI broker changes from
+# Pulsar's defaults (its standalone.conf): maxMessageSize=1048576
+# (--pulsar-max-message-size) and subscriptionKeySharedUseConsistentHashing=
+# false (--pulsar-key-shared-consistent-hashing=false); some tests expect
+# exactly those.
+#
 # pulsar-client-go's version is the one this repository's go.mod requires;
 # its source comes from the Go module cache (go mod download) and is copied to
 # ~/.cache/quire-interop/pulsar-client-go@VERSION (PULSAR_GO_COPY_DIR), since
@@ -154,6 +160,7 @@ for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))')
 	"$bin" standalone --data-dir "$work/data" \
 		--pulsar-addr 127.0.0.1:6650 --http-addr 127.0.0.1:8080 \
+		--pulsar-max-message-size 1048576 --pulsar-key-shared-consistent-hashing=false \
 		--kafka-addr "127.0.0.1:$p1" --meta-client-addr "127.0.0.1:$p2" --meta-peer-addr "127.0.0.1:$p3" \
 		--bookie-addrs "127.0.0.1:$p4,127.0.0.1:$p5,127.0.0.1:$p6" >"$work/quire.log" 2>&1 &
 	quire_pid=$!

@@ -22,6 +22,7 @@ import (
 	"quire/internal/ledger/ledgerclient"
 	"quire/internal/meta"
 	"quire/internal/partition"
+	"quire/internal/pulsar"
 	"quire/internal/sim"
 	"quire/internal/tlsconf"
 )
@@ -50,6 +51,8 @@ type brokerFlags struct {
 	connBytes         int64
 	isr               broker.ISRConfig      // ISR mode (--isr-data-dir; standalone_isr.go)
 	registerer        prometheus.Registerer // nil: prometheus.DefaultRegisterer
+	pulsarMaxMessage  int
+	pulsarKeyRing     bool
 }
 
 // register adds the flags; pulsarAddr is --pulsar-addr's default ("": off).
@@ -61,6 +64,8 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.kafkaAdvertised, "kafka-advertised-addr", "", "host:port clients are told to connect to (default: the listen address)")
 	f.StringVar(&b.pulsarAddr, "pulsar-addr", pulsarAddr, "Pulsar binary protocol listen address (empty: no Pulsar listener)")
 	f.StringVar(&b.pulsarAdvertised, "pulsar-advertised-addr", "", "host:port in the Pulsar service URL clients are told (default: the listen address)")
+	f.IntVar(&b.pulsarMaxMessage, "pulsar-max-message-size", pulsar.DefaultMaxMessageSize, "largest Pulsar message or batch a producer may send, advertised in CONNECTED (maxMessageSize)")
+	f.BoolVar(&b.pulsarKeyRing, "pulsar-key-shared-consistent-hashing", true, "Key_Shared AUTO_SPLIT on a consistent-hashing ring; false: consumers split the hash range in halves as they join (subscriptionKeySharedUseConsistentHashing)")
 	f.StringVar(&b.ledgerMutant, "ledger-mutant", "", "TESTS ONLY: write ledgers with a deliberately broken protocol (a quire sim ledger --mutant name), for quire chaos to catch")
 	_ = f.MarkHidden("ledger-mutant")
 	f.StringVar(&b.zone, "zone", "", "zone/rack label (Kafka clients see it as the broker's rack)")
@@ -140,6 +145,7 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
 		HandoffAfter: b.handoffAfter, KafkaMaxQueuedRequestBytes: b.queuedBytes, KafkaMaxConnRequestBytes: b.connBytes,
 		ProducerIDExpiration: b.producerExpiry, PulsarListener: pulsarLn, PulsarAdvertised: b.pulsarAdvertised,
+		Pulsar:     broker.PulsarOptions{MaxMessageSize: b.pulsarMaxMessage, KeySharedAutoSplitHalves: !b.pulsarKeyRing},
 		Registerer: cmp.Or(b.registerer, prometheus.DefaultRegisterer), Logger: log, ISR: b.isr,
 	})
 	if err != nil {

@@ -107,6 +107,8 @@ type Config struct {
 	// PulsarMaxUnackedPerConsumer is Pulsar's maxUnackedMessagesPerConsumer
 	// (0: pulsar.DefaultMaxUnackedPerConsumer).
 	PulsarMaxUnackedPerConsumer int
+	// Pulsar holds the Pulsar front end's other settings (pulsar.go).
+	Pulsar PulsarOptions
 
 	// ISR turns ISR mode on (isr.go); zero: off.
 	ISR ISRConfig

@@ -36,6 +36,7 @@ package broker
 // next load (a takeover, unload or restart).
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,6 +97,25 @@ type pulsarBackend struct {
 
 var _ pulsar.Backend = (*pulsarBackend)(nil)
 
+// PulsarOptions are the Pulsar front end's settings; zero fields take
+// Apache Pulsar's defaults.
+type PulsarOptions struct {
+	// MaxMessageSize is Pulsar's maxMessageSize: the largest message (or
+	// batch) a producer may send, advertised in CONNECTED so that clients
+	// chunk or refuse before sending (0: pulsar.DefaultMaxMessageSize,
+	// 5 MiB). At most one ledger entry less the frame padding.
+	MaxMessageSize int
+	// KeySharedAutoSplitHalves is Pulsar's
+	// subscriptionKeySharedUseConsistentHashing=false: AUTO_SPLIT Key_Shared
+	// consumers split the hash range in halves as they join, instead of
+	// taking points on a consistent-hashing ring (the default).
+	KeySharedAutoSplitHalves bool
+}
+
+// maxPulsarMessageSize is the largest MaxMessageSize an entry holds: an
+// entry may exceed MaxMessageSize by the frame padding (10 KiB).
+const maxPulsarMessageSize = maxEntryBatch - 16<<10
+
 // startPulsar serves the Pulsar protocol on Config.PulsarListener (nothing
 // when it is nil) and registers the service URL under the broker's session.
 func (b *Broker) startPulsar(ctx context.Context) error {
@@ -110,11 +130,14 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 	if _, _, err := net.SplitHostPort(adv); err != nil {
 		return fmt.Errorf("advertised Pulsar address: %w", err)
 	}
+	if b.cfg.Pulsar.MaxMessageSize < 0 || b.cfg.Pulsar.MaxMessageSize > maxPulsarMessageSize {
+		return fmt.Errorf("Pulsar max message size %d: not in [0, %d] (0: the default; at most one ledger entry less the frame padding)", b.cfg.Pulsar.MaxMessageSize, maxPulsarMessageSize)
+	}
 	pb := &pulsarBackend{b: b, url: "pulsar://" + adv, topics: map[string]*pulsarTopic{},
 		memTopics: map[string]*pulsarMemTopic{}, rates: newRateSampler()}
 	srv, err := pulsar.New(pulsar.Config{Backend: pb, AdvertisedURL: pb.url, Logger: b.cfg.Logger,
-		// An entry may exceed MaxMessageSize by the frame padding (10 KiB).
-		MaxMessageSize: min(pulsar.DefaultMaxMessageSize, maxEntryBatch-16<<10), MaxUnackedPerConsumer: b.cfg.PulsarMaxUnackedPerConsumer,
+		MaxMessageSize:        min(cmp.Or(b.cfg.Pulsar.MaxMessageSize, pulsar.DefaultMaxMessageSize), maxPulsarMessageSize),
+		MaxUnackedPerConsumer: b.cfg.PulsarMaxUnackedPerConsumer, KeySharedAutoSplitHalves: b.cfg.Pulsar.KeySharedAutoSplitHalves,
 		// Unique across brokers and restarts: the session (lease) id never
 		// repeats, and deduplication keys on producer names.
 		ProducerNamePrefix: fmt.Sprintf("%s-%d-%x", b.cfg.ClusterID, b.ID(), b.session.ID())})

@@ -198,6 +198,7 @@ func (b *Broker) PulsarAdmin() http.Handler {
 	h("POST "+topic+"/subscription/{sub}/expireMessages/{seconds}", a.expire)
 	h("GET "+topic+"/ledger/{ledger}/entry/{entry}", a.getMessageByID)
 	h("PUT "+topic+"/unload", a.unloadTopic)
+	h("POST "+topic+"/terminate", a.terminate)
 	h("DELETE /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", a.deleteSchema)
 	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", a.getSchema)
 	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema/{version}", a.getSchema)
@@ -628,7 +629,10 @@ func (a *pulsarAdmin) deleteLocal(ctx context.Context, pb *pulsarBackend, name s
 	if t != nil {
 		pb.drop(t) // its clients are closed and look it up again
 	}
-	return mlogclient.Delete(ctx, a.b.cfg.Store, a.b.cfg.Ledgers, pulsarStorageName(name))
+	if err := mlogclient.Delete(ctx, a.b.cfg.Store, a.b.cfg.Ledgers, pulsarStorageName(name)); err != nil {
+		return err
+	}
+	return deleteTermination(ctx, a.b.cfg.Store, name)
 }
 
 // partitionCount reads the body of a partitions request: a bare integer

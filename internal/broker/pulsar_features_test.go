@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -172,5 +173,32 @@ func TestPulsarWaitForExclusive(t *testing.T) {
 	defer r.p.Close()
 	if _, err := r.p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPulsarMaxMessageSizeSetting: Config.Pulsar.MaxMessageSize is what
+// CONNECTED advertises: the client refuses a larger message itself, and a
+// chunking producer cuts chunks at that size.
+func TestPulsarMaxMessageSizeSetting(t *testing.T) {
+	c := newTestCluster(t)
+	b, _ := c.startPulsarBroker(func(cfg *Config) { cfg.Pulsar.MaxMessageSize = 1 << 20 })
+	client := pulsarClient(t, b)
+	ctx := pulsarContext(t)
+	const topic = "persistent://public/default/max-size"
+	cons := newConsumer(t, client, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	plain := newProducer(t, client, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if _, err := plain.Send(ctx, &pulsar.ProducerMessage{Payload: make([]byte, 1<<20+1)}); !errors.Is(err, pulsar.ErrMessageTooLarge) {
+		t.Fatalf("sending 1 MiB + 1 byte: %v, want ErrMessageTooLarge", err)
+	}
+	chunking := newProducer(t, client, pulsar.ProducerOptions{Topic: topic, DisableBatching: true, EnableChunking: true})
+	id, err := chunking.Send(ctx, &pulsar.ProducerMessage{Payload: make([]byte, 1<<20+1000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.String() == "" {
+		t.Fatal("no message id")
+	}
+	if msg := receiveOne(ctx, t, cons); len(msg.Payload()) != 1<<20+1000 {
+		t.Fatalf("received %d bytes, want %d", len(msg.Payload()), 1<<20+1000)
 	}
 }

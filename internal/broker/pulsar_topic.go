@@ -77,6 +77,14 @@ type pulsarTopic struct {
 	sequences map[string]int64
 	// nonDurable holds the readers' cursors by subscription name.
 	nonDurable map[string]*mlogclient.NonDurableCursor
+	// Termination (pulsar_terminate.go): terminating refuses appends;
+	// terminated is set once recorded, terminatedAt is then the last
+	// entry's id. appending counts the appends in flight; drained, when
+	// set, is closed when appending drops to 0.
+	terminating, terminated bool
+	terminatedAt            pulsar.MessageID
+	appending               int
+	drained                 chan struct{}
 	// added counts the entries appended since the topic was loaded here
 	// (internalStats' entriesAddedCounter).
 	added atomic.Int64
@@ -100,6 +108,9 @@ func (t *pulsarTopic) init(ctx context.Context, ml *mlogclient.ManagedLedger, po
 	t.grew = make(chan struct{})
 	t.sequences = map[string]int64{}
 	t.nonDurable = map[string]*mlogclient.NonDurableCursor{}
+	if err := t.loadTermination(ctx); err != nil {
+		return err
+	}
 	ls, err := ml.Ledgers(ctx)
 	if err != nil {
 		return err
@@ -161,16 +172,23 @@ func (t *pulsarTopic) Append(ctx context.Context, data []byte, info pulsar.Appen
 		done(pulsar.AppendResult{Err: fmt.Errorf("%w: %v", pulsar.ErrPersistence, why)})
 		return nil
 	}
+	if err := t.admitAppend(); err != nil {
+		done(pulsar.AppendResult{Err: err})
+		return nil
+	}
 	permit, err := t.ml.Admit(ctx)
 	if err != nil {
+		t.appendDone()
 		return pulsarErr(err, pulsar.ErrPersistence)
 	}
 	permit.AppendAsync(data, func(a mlog.AppendAck) {
 		if a.Err != nil {
+			t.appendDone()
 			done(pulsar.AppendResult{Err: pulsarErr(a.Err, pulsar.ErrPersistence)})
 			return
 		}
 		t.appended(a.Pos, info)
+		t.appendDone()
 		done(pulsar.AppendResult{ID: toMessageID(a.Pos)})
 	})
 	return nil

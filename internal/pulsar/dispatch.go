@@ -48,7 +48,9 @@ package pulsar
 // backpressure), and is delivered once due, ahead of newer entries;
 // Exclusive and Failover deliver at once, as in Pulsar. A batch's time is
 // its MessageMetadata's. Time is the broker's clock against the producer's
-// stamp.
+// stamp; an entry is due once the millisecond its deliver_at_time names has
+// passed (the stamp is the instant the producer asked for, truncated to
+// milliseconds, so delivery is never before that instant).
 //
 // Bounds of unacknowledged messages: a consumer at Config's
 // MaxUnackedPerConsumer gets nothing until it acknowledges; a subscription
@@ -121,6 +123,9 @@ type consumer struct {
 	// with its name.
 	hashRanges []hashRange
 	nameIndex  int
+	// toldEnd: REACHED_END_OF_TOPIC was sent (terminate.go); guarded by
+	// sub.mu.
+	toldEnd bool
 }
 
 // sent is an entry delivered and not yet acknowledged.
@@ -252,6 +257,7 @@ func (sub *subscription) addConsumer(c *consumer, subType pb.CommandSubscribe_Su
 	if subType == pb.CommandSubscribe_Key_Shared {
 		if sub.keys == nil {
 			sub.keys = newKeySelector(keySharedPolicyOf(keyShared))
+			sub.keys.halves = sub.s.keySharedHalves
 		}
 		if err := sub.keys.add(c, keyShared); err != nil {
 			if len(sub.consumers) == 0 {
@@ -626,6 +632,7 @@ func (sub *subscription) run(ctx context.Context) {
 			continue
 		default:
 		}
+		sub.notifyEndOfTopic()
 		sub.mu.Lock()
 		sub.releaseDueLocked(time.Now().UnixMilli())
 		dueMs := sub.delayed.next()
@@ -757,11 +764,13 @@ func (sub *subscription) assign(entries []Entry, replaying bool, generation uint
 			continue
 		}
 		meta := parseEntryMeta(e.Data, sub.keys != nil)
-		if !replaying && delayable && meta.deliverAt > nowMs {
+		// Due once the millisecond deliver_at_time names has passed: the
+		// producer truncated the instant it asked for to that millisecond.
+		if dueMs := meta.deliverAt + 1; !replaying && delayable && dueMs > nowMs {
 			if sub.delayed.len() >= maxDelayedEntries {
 				break // the rest is read again once some are due
 			}
-			sub.delayed.add(e.ID, meta.deliverAt, meta.hash)
+			sub.delayed.add(e.ID, dueMs, meta.hash)
 			sub.lastRead = e.ID
 			continue
 		}

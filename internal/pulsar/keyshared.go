@@ -34,6 +34,16 @@ package pulsar
 // places points with (hash mod 65535) + 1, so which consumer owns which key
 // differs in detail; no client can observe that beyond the admin stats.
 //
+// With Config.KeySharedAutoSplitHalves (Pulsar's
+// subscriptionKeySharedUseConsistentHashing=false) AUTO_SPLIT instead
+// splits ranges as Pulsar's HashRangeAutoSplitStickyKeyConsumerSelector
+// does: the first consumer owns every slot (its point is 65536); each next
+// one takes the lower half of the widest range (the lowest of equally wide
+// ones); a leaving consumer's range goes to the consumer above it, or,
+// when it held the top range, to the one below. Two consumers therefore
+// always own a half each. A consumer that finds no range of two slots
+// left is refused with ConsumerAssignError, as in Pulsar.
+//
 // STICKY consumers declare inclusive ranges of slots in KeySharedMeta; a
 // range out of [0, 65535], empty, overlapping the consumer's own or another
 // consumer's is refused with ConsumerAssignError. A key in no declared
@@ -254,6 +264,12 @@ type keySelector struct {
 	ring []ringPoint
 	// ranges (STICKY) are sorted by start and never overlap.
 	ranges []stickyRange
+	// halves: AUTO_SPLIT splits ranges in halves as consumers join
+	// (Config.KeySharedAutoSplitHalves; see the header) instead of placing
+	// points on a consistent-hashing ring. The ring then holds one point per
+	// consumer, the last at hashRangeSize, and changes only by addHalf and
+	// removeHalf.
+	halves bool
 }
 
 func newKeySelector(policy keySharedPolicy) *keySelector {
@@ -266,8 +282,8 @@ func (k *keySelector) add(c *consumer, meta *pb.KeySharedMeta) error {
 		return errorf(ErrConsumerBusy, "Key_Shared subscription is in mode %s (allowOutOfOrderDelivery %v); the consumer asks for %s (%v)",
 			k.policy.mode, k.policy.allowOutOfOrder, p.mode, p.allowOutOfOrder)
 	}
-	switch k.policy.mode {
-	case pb.KeySharedMode_STICKY:
+	switch {
+	case k.policy.mode == pb.KeySharedMode_STICKY:
 		ranges, err := k.checkRanges(meta.GetHashRanges())
 		if err != nil {
 			return err
@@ -278,12 +294,58 @@ func (k *keySelector) add(c *consumer, meta *pb.KeySharedMeta) error {
 		}
 		sort.Slice(k.ranges, func(i, j int) bool { return k.ranges[i].start < k.ranges[j].start })
 		k.members = append(k.members, c)
+	case k.halves:
+		if err := k.addHalf(c); err != nil {
+			return err
+		}
+		k.members = append(k.members, c)
 	default:
 		c.nameIndex = k.freeNameIndex(c.name)
 		k.members = append(k.members, c)
 		k.buildRing()
 	}
 	return nil
+}
+
+// addHalf gives c half of the widest range (the lowest of equally wide
+// ones): the first consumer gets every slot, point hashRangeSize; each
+// next one takes the lower half of the range it splits (Pulsar's
+// HashRangeAutoSplitStickyKeyConsumerSelector). ErrConsumerAssign when no
+// range has two slots left to split.
+func (k *keySelector) addHalf(c *consumer) error {
+	if len(k.ring) == 0 {
+		k.ring = append(k.ring, ringPoint{slot: hashRangeSize, c: c})
+		return nil
+	}
+	widest, at := keyHash(0), 0
+	lower := keyHash(0)
+	for i, p := range k.ring {
+		if p.slot-lower > widest {
+			widest, at = p.slot-lower, i
+		}
+		lower = p.slot
+	}
+	if widest <= 1 {
+		return errorf(ErrConsumerAssign, "no hash range left to split for a new consumer (%d consumers)", len(k.ring))
+	}
+	split := k.ring[at].slot - widest>>1
+	k.ring = slices.Insert(k.ring, at, ringPoint{slot: split, c: c})
+	return nil
+}
+
+// removeHalf gives c's range to its neighbour above, or, when c held the
+// top range, to its neighbour below (which then holds the top point), as
+// Pulsar does.
+func (k *keySelector) removeHalf(c *consumer) {
+	i := slices.IndexFunc(k.ring, func(p ringPoint) bool { return p.c == c })
+	switch {
+	case i < 0:
+	case i == len(k.ring)-1 && i > 0:
+		k.ring[i].c = k.ring[i-1].c
+		k.ring = slices.Delete(k.ring, i-1, i)
+	default:
+		k.ring = slices.Delete(k.ring, i, i+1)
+	}
 }
 
 // checkRanges validates a STICKY consumer's ranges against themselves and
@@ -341,7 +403,11 @@ func (k *keySelector) remove(c *consumer) {
 	}
 	k.members = slices.Delete(k.members, i, i+1)
 	k.ranges = slices.DeleteFunc(k.ranges, func(r stickyRange) bool { return r.c == c })
-	if k.policy.mode != pb.KeySharedMode_STICKY {
+	switch {
+	case k.policy.mode == pb.KeySharedMode_STICKY:
+	case k.halves:
+		k.removeHalf(c)
+	default:
 		k.buildRing()
 	}
 }
@@ -392,6 +458,7 @@ func (k *keySelector) rangesOf(c *consumer) []hashRange {
 	}
 	var out []hashRange
 	add := func(start, end keyHash) {
+		end = min(end, hashRangeSize-1) // the halves' top point is hashRangeSize
 		if start > end {
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -289,5 +290,52 @@ func TestDelayedTracker(t *testing.T) {
 	d.reset()
 	if d.len() != 0 || d.next() != 0 {
 		t.Fatal("entries left after reset")
+	}
+}
+
+// TestKeySelectorHalves: with Config.KeySharedAutoSplitHalves, consumers
+// split the widest range in halves as they join (the lowest of equally
+// wide ones, the newcomer taking the lower half) and a leaving consumer's
+// range goes to its neighbour above, or below for the top range: Pulsar's
+// HashRangeAutoSplitStickyKeyConsumerSelector.
+func TestKeySelectorHalves(t *testing.T) {
+	k := newKeySelector(keySharedPolicy{})
+	k.halves = true
+	var cs []*consumer
+	join := func(name string) *consumer {
+		c := &consumer{id: uint64(len(cs)), name: name}
+		if err := k.add(c, nil); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+		return c
+	}
+	leave := func(c *consumer) {
+		k.remove(c)
+		cs = slices.DeleteFunc(cs, func(o *consumer) bool { return o == c })
+	}
+	expect := func(step string, want map[*consumer][]hashRange) {
+		t.Helper()
+		checkRanges(t, k, cs)
+		for c, ranges := range want {
+			if got := k.rangesOf(c); !slices.Equal(got, ranges) {
+				t.Errorf("%s: %s owns %v, want %v", step, c.name, got, ranges)
+			}
+		}
+	}
+	a := join("a")
+	expect("a joined", map[*consumer][]hashRange{a: {{0, 65535}}})
+	b := join("a") // a name shared changes nothing here
+	expect("b joined", map[*consumer][]hashRange{b: {{0, 32768}}, a: {{32769, 65535}}})
+	c := join("c")
+	expect("c joined", map[*consumer][]hashRange{c: {{0, 16384}}, b: {{16385, 32768}}, a: {{32769, 65535}}})
+	d := join("d")
+	expect("d joined", map[*consumer][]hashRange{c: {{0, 16384}}, b: {{16385, 32768}}, d: {{32769, 49152}}, a: {{49153, 65535}}})
+	leave(a)
+	expect("a left", map[*consumer][]hashRange{c: {{0, 16384}}, b: {{16385, 32768}}, d: {{32769, 65535}}})
+	leave(c)
+	expect("c left", map[*consumer][]hashRange{b: {{0, 32768}}, d: {{32769, 65535}}})
+	if k.pick(1) != b || k.pick(65535) != d {
+		t.Errorf("slots 1 and 65535 go to %s and %s, want b and d", k.pick(1).name, k.pick(65535).name)
 	}
 }

@@ -120,6 +120,12 @@ func (ts *topicState) addOrWait(p *producer, reqID uint64, wait bool) (waiting b
 }
 
 func (ts *topicState) addProducerLocked(p *producer) error {
+	if ts.terminating {
+		return errorf(ErrTopicTerminated, "topic %s was terminated", ts.name)
+	}
+	if term, ok := ts.topic.(Terminator); ok && term.Terminated() {
+		return errorf(ErrTopicTerminated, "topic %s was terminated", ts.name)
+	}
 	if _, busy := ts.producers[p.name]; busy {
 		return fmt.Errorf("%w: producer %q is already connected to %s", ErrProducerBusy, p.name, ts.name)
 	}

@@ -103,6 +103,11 @@ type Config struct {
 	// and not yet acknowledged: at the bound it gets nothing more until it
 	// acknowledges. It also bounds the delivery state kept per consumer.
 	MaxUnackedPerConsumer int
+	// KeySharedAutoSplitHalves is Pulsar's
+	// subscriptionKeySharedUseConsistentHashing=false: AUTO_SPLIT Key_Shared
+	// consumers split the hash range in halves as they join (keyshared.go);
+	// false (the default, as Pulsar 4's): a consistent-hashing ring.
+	KeySharedAutoSplitHalves bool
 }
 
 // Server serves the Pulsar protocol from a Backend.
@@ -117,8 +122,11 @@ type Server struct {
 	keepAlive       time.Duration
 	// maxUnackedPerConsumer: see Config.MaxUnackedPerConsumer.
 	maxUnackedPerConsumer int
-	addr                  string
-	advertisedURL         atomic.Value // string
+	// keySharedHalves: see Config.KeySharedAutoSplitHalves.
+	keySharedHalves bool
+
+	addr          string
+	advertisedURL atomic.Value // string
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -179,6 +187,7 @@ func New(cfg Config) (*Server, error) {
 		s.keepAlive = DefaultKeepAliveInterval
 	}
 	s.maxUnackedPerConsumer = cfg.MaxUnackedPerConsumer
+	s.keySharedHalves = cfg.KeySharedAutoSplitHalves
 	if s.maxUnackedPerConsumer <= 0 {
 		s.maxUnackedPerConsumer = DefaultMaxUnackedPerConsumer
 	}
@@ -340,6 +349,9 @@ type topicState struct {
 	// arrival order (producer.go).
 	waiting []waitingProducer
 	subs    map[string]*subscription
+	// terminating is set by TerminateTopic before it closes the producers,
+	// so that none joins after (terminate.go).
+	terminating bool
 
 	// opened is when the topic was opened here; msgIn and bytesIn count
 	// the messages and bytes appended (answered with a message id) since,

@@ -147,6 +147,26 @@ type Topic struct {
 	grew chan struct{}
 	// done is closed by Backend.Unload.
 	done chan struct{}
+	// terminated: Terminate was called; Append refuses from then on.
+	terminated bool
+}
+
+var _ pulsar.Terminator = (*Topic)(nil)
+
+// Terminated implements pulsar.Terminator.
+func (t *Topic) Terminated() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.terminated
+}
+
+// Terminate implements pulsar.Terminator: appends are synchronous, so none
+// is in flight.
+func (t *Topic) Terminate(context.Context) (pulsar.MessageID, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.terminated = true
+	return t.lastLocked(), nil
 }
 
 // Done implements pulsar.Topic.
@@ -168,6 +188,11 @@ func (t *Topic) Append(ctx context.Context, data []byte, info pulsar.AppendInfo,
 		done(pulsar.AppendResult{Err: fmt.Errorf("%w: topic %s unloaded", pulsar.ErrServiceNotReady, t.name)})
 		return nil
 	default:
+	}
+	if t.terminated {
+		t.mu.Unlock()
+		done(pulsar.AppendResult{Err: fmt.Errorf("%w: topic %s", pulsar.ErrTopicTerminated, t.name)})
+		return nil
 	}
 	if t.entriesPerLedger > 0 && t.inLedger == t.entriesPerLedger {
 		t.ledger = t.ledgerIDs.Add(1)

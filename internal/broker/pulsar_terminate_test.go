@@ -1,0 +1,74 @@
+package broker
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// TestPulsarTopicTermination: POST .../terminate answers the last message
+// id; the topic's producer is closed and fails its next send with
+// ErrTopicTerminated; a new producer is refused; the consumer still gets
+// everything written before; and after a takeover the new owner refuses
+// producers too (the termination is durable). Terminating again answers the
+// same id; deleting the topic forgets the termination.
+func TestPulsarTopicTermination(t *testing.T) {
+	c := newTestCluster(t)
+	b1, _ := c.startPulsarBroker(func(cfg *Config) { cfg.ID = 1 })
+	ctx := pulsarContext(t)
+	const topic = "persistent://public/default/terminated"
+	const path = "/admin/v2/persistent/public/default/terminated/terminate"
+	client1 := pulsarClient(t, b1)
+	cons := newConsumer(t, client1, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	p := newProducer(t, client1, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	ids := sendAll(ctx, t, p, 0, 5)
+
+	api1 := startAdmin(t, b1)
+	var last messageIDJSON
+	api1.expect(http.MethodPost, path, nil, http.StatusOK, &last)
+	if want := ids[len(ids)-1]; last.LedgerID != want.LedgerID() || last.EntryID != want.EntryID() || last.PartitionIndex != -1 {
+		t.Fatalf("terminate answered %+v, want the last message id %v", last, want)
+	}
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("late")}); !errors.Is(err, pulsar.ErrTopicTerminated) {
+		t.Fatalf("send after termination: %v, want ErrTopicTerminated", err)
+	}
+	if _, err := client1.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil || !strings.Contains(err.Error(), "TopicTerminated") {
+		t.Fatalf("new producer on a terminated topic: %v, want TopicTerminatedError", err)
+	}
+	for i := range 5 {
+		msg := receiveOne(ctx, t, cons)
+		if got := string(msg.Payload()); got != string(rune('0'+i)) {
+			t.Fatalf("received %q, want %d", got, i)
+		}
+		if err := cons.Ack(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var again messageIDJSON
+	api1.expect(http.MethodPost, path, nil, http.StatusOK, &again)
+	if again != last {
+		t.Fatalf("terminating again answered %+v, want %+v", again, last)
+	}
+	cons.Close()
+	client1.Close()
+	if err := b1.Close(); err != nil {
+		t.Logf("close broker 1: %v", err)
+	}
+
+	b2, _ := c.startPulsarBroker(func(cfg *Config) { cfg.ID = 2 })
+	client2 := pulsarClient(t, b2)
+	if _, err := client2.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil || !strings.Contains(err.Error(), "TopicTerminated") {
+		t.Fatalf("new producer after the takeover: %v, want TopicTerminatedError", err)
+	}
+	api2 := startAdmin(t, b2)
+	api2.expect(http.MethodPost, path, nil, http.StatusOK, &again)
+	if again != last {
+		t.Fatalf("the new owner's terminate answered %+v, want %+v", again, last)
+	}
+	api2.expect(http.MethodDelete, "/admin/v2/persistent/public/default/terminated?force=true", nil, http.StatusNoContent, nil)
+	p2 := newProducer(t, client2, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	sendAll(ctx, t, p2, 0, 1)
+}
