@@ -188,9 +188,9 @@ type MarkerOp struct {
 	Commit          bool
 	// Decision is the record's Decision: partitions ignore a marker whose
 	// Decision is not above the last one they applied for the producer.
-	Decision int32
-	Partitions      []Partition
-	Groups          []string
+	Decision   int32
+	Partitions []Partition
+	Groups     []string
 }
 
 // MarkerResult says which participants of a MarkerOp were not ended (they
