@@ -15,7 +15,7 @@
 #   KGO_KEEP=1        keep the work directory (the full go test log)
 #   KGO_STANDALONE    when set, the script builds quire, starts
 #                     `quire standalone $KGO_STANDALONE` itself on spare ports
-#                     (Kafka from 127.0.0.1:39392, no Pulsar listener, its data in the work
+#                     (Kafka from 127.0.0.1:29392, no Pulsar listener, its data in the work
 #                     directory), runs the tests against it and stops it; e.g.
 #                     KGO_STANDALONE="--mode isr --brokers 3" KGO_TEST_RF=3
 #                     for ISR mode (the bootstrap argument is then ignored)
@@ -58,17 +58,17 @@ fi
 if [[ -n ${KGO_STANDALONE:-} ]]; then
 	go build -o "$work/quire" "$repo/cmd/quire" || { echo "kgo-tests.sh: could not build quire" >&2; exit 2; }
 	# shellcheck disable=SC2086 # the options are words
-	"$work/quire" standalone --data-dir "$work/data" --kafka-addr 127.0.0.1:39392 --http-addr 127.0.0.1:39380 \
-		--bookie-addrs 127.0.0.1:39381,127.0.0.1:39382,127.0.0.1:39383 --meta-client-addr 127.0.0.1:39379 \
-		--meta-peer-addr 127.0.0.1:39378 --pulsar-addr "" $KGO_STANDALONE >"$work/standalone.log" 2>&1 &
+	"$work/quire" standalone --data-dir "$work/data" --kafka-addr 127.0.0.1:29392 --http-addr 127.0.0.1:29380 \
+		--bookie-addrs 127.0.0.1:29381,127.0.0.1:29382,127.0.0.1:29383 --meta-client-addr 127.0.0.1:29379 \
+		--meta-peer-addr 127.0.0.1:29378 --pulsar-addr "" $KGO_STANDALONE >"$work/standalone.log" 2>&1 &
 	standalone_pid=$!
 	trap 'kill $standalone_pid 2>/dev/null; wait $standalone_pid 2>/dev/null; [[ ${KGO_KEEP:-} == 1 ]] || rm -rf "$work"' EXIT
 	for _ in $(seq 1 120); do
-		curl -sf 127.0.0.1:39380/readyz >/dev/null && break
+		curl -sf 127.0.0.1:29380/readyz >/dev/null && break
 		kill -0 $standalone_pid 2>/dev/null || { echo "kgo-tests.sh: quire standalone exited" >&2; tail -20 "$work/standalone.log" >&2; exit 2; }
 		sleep 0.5
 	done
-	bootstrap=127.0.0.1:39392
+	bootstrap=127.0.0.1:29392
 	echo "kgo-tests.sh: quire standalone $KGO_STANDALONE (log: $work/standalone.log)"
 fi
 
