@@ -18,8 +18,13 @@
 #   kafka3-flush  the same with flush.messages=1 (fsync before acknowledging)
 #   quire         `quire standalone` (three bookies, topics E=3 Qw=3 Qa=2: a write is
 #                 acknowledged once fsync'd on 2 of 3 bookies)
+#   quire-isr     `quire standalone --mode isr --brokers 3`: Kafka's design in Quire,
+#                 partitions replicated on three brokers, RF 3, min.insync.replicas=2,
+#                 default flush (page cache): the peer of kafka3
+#   quire-isr-flush  the same standalone with flush.messages=1: the peer of kafka3-flush
 # The equal-durability peers of Quire are the 3-node rows; kafka3-flush is the
-# one that, like Quire, fsyncs before acknowledging.
+# one that, like Quire, fsyncs before acknowledging. The quire-isr rows are
+# compared with the Kafka row of the same flush policy.
 #
 # Read phase (READ=1, the default), right after each configuration's produce
 # phase, on its topic peer-<config>, whose whole backlog (the produce phase's
@@ -60,7 +65,7 @@
 #   fetch in flight per broker, so a consumer's catch-up gets N pipelines. Their
 #   Kafka ports are QUIRE_PORT_BASE+10+i, HTTP +20+i; all restart together]
 #   KAFKA_PORT_BASE [19092]  QUIRE_PORT_BASE [19190: Kafka port; +1 HTTP,
-#   +2/+3 etcd, +4..+6 bookies]
+#   +2/+3 etcd, +4..+6 bookies; the quire-isr brokers' Kafka ports +30..+32]
 #   PRODUCE_ARGS [extra `perf produce` flags for every configuration; in the read
 #   phase's producers too, before their own --rate and --duration]
 #
@@ -255,6 +260,26 @@ label[kafka3]="Kafka 3 nodes, RF 3, minISR 2, acks=all"
 label[kafka3-flush]="Kafka 3 nodes, RF 3, minISR 2, acks=all, flush.messages=1"
 label[quire]="Quire standalone, E3 Qw3 Qa2, acks=all"
 ((quire_brokers > 1)) && label[quire]="Quire $quire_brokers brokers + 3 bookies, E3 Qw3 Qa2, acks=all"
+label[quire-isr]="Quire ISR mode, 3 brokers, RF 3, minISR 2, acks=all"
+label[quire-isr-flush]="Quire ISR mode, 3 brokers, RF 3, minISR 2, acks=all, flush.messages=1"
+
+# The Quire configuration running now (quire, quire-isr or quire-isr-flush),
+# its standalone's mode and its Kafka bootstrap address.
+qcfg=quire
+quire_mode=""
+quire_kafka=127.0.0.1:$quire_port_base
+
+# is_quire NAME: NAME is one of Quire's configurations.
+is_quire() { [[ $1 == quire || $1 == quire-* ]]; }
+
+# peer_of NAME: the Kafka configuration a Quire configuration is compared with
+# in the ratios ("" for every Kafka row).
+peer_of() {
+	case $1 in
+	quire-isr) echo kafka3 ;;
+	quire-isr-flush) echo kafka3-flush ;;
+	esac
+}
 
 # produce NAME BROKERS [perf produce flags...]: runs the workload; on success
 # result[NAME] holds "records_s mb_s p50_ms p99_ms errors".
@@ -310,15 +335,20 @@ stop_kafka() {
 	kafka_dirs=()
 }
 
-# start_quire: starts `quire standalone` on WORK/quire-data (a restart keeps
-# the data) and waits up to 60 s until it accepts Kafka connections; on
-# failure reason[quire] says why.
+# start_quire: starts `quire standalone` (in quire_mode) on WORK/quire-data
+# or WORK/quire-isr-data (a restart keeps the data) and waits up to 60 s until
+# it accepts Kafka connections; on failure reason[$qcfg] says why.
 start_quire() {
-	local dir=$work/quire-data kafka=127.0.0.1:$quire_port_base p=$quire_port_base
-	mkdir -p "$dir"
-	log "quire: starting standalone (Kafka on $kafka)"
+	local dir=$work/quire-data kafka=$quire_kafka p=$quire_port_base
 	local handoff=()
-	((quire_brokers > 1)) && handoff=(--bundle-handoff-after 1s)
+	if [[ $quire_mode == isr ]]; then
+		dir=$work/quire-isr-data
+		handoff=(--mode isr --brokers 3)
+	elif ((quire_brokers > 1)); then
+		handoff=(--bundle-handoff-after 1s)
+	fi
+	mkdir -p "$dir"
+	log "quire: starting standalone ${handoff[*]} (Kafka on $kafka)"
 	# shellcheck disable=SC2086 # QUIRE_ARGS is a list of flags
 	"$quire" standalone --data-dir "$dir" --kafka-addr "$kafka" --http-addr "127.0.0.1:$((p + 1))" \
 		--meta-client-addr "127.0.0.1:$((p + 2))" --meta-peer-addr "127.0.0.1:$((p + 3))" \
@@ -328,19 +358,20 @@ start_quire() {
 	local deadline=$((SECONDS + 60))
 	while ((SECONDS < deadline)); do
 		if ! kill -0 "$quire_pid" 2>/dev/null; then
-			reason[quire]="standalone exited: $(tail -1 "$work/quire-standalone.log" | cut -c1-120)"
+			reason[$qcfg]="standalone exited: $(tail -1 "$work/quire-standalone.log" | cut -c1-120)"
 			quire_pid=""
 			return 1
 		fi
-		if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+		if (exec 3<>"/dev/tcp/127.0.0.1/${kafka##*:}") 2>/dev/null; then
 			break
 		fi
 		sleep 0.2
 	done
 	if ((SECONDS >= deadline)); then
-		reason[quire]="not serving Kafka on $kafka within 60 s"
+		reason[$qcfg]="not serving Kafka on $kafka within 60 s"
 		return 1
 	fi
+	[[ $quire_mode == isr ]] && return 0
 	start_extra_brokers && settle_bundles
 }
 
@@ -384,7 +415,7 @@ start_extra_brokers() {
 		local deadline=$((SECONDS + 60))
 		until curl -sf "127.0.0.1:$((p + 20 + i))/readyz" >/dev/null 2>&1; do
 			if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
-				reason[quire]="broker $i not ready: $(tail -1 "$work/quire-broker-$i.log" | cut -c1-120)"
+				reason[$qcfg]="broker $i not ready: $(tail -1 "$work/quire-broker-$i.log" | cut -c1-120)"
 				return 1
 			fi
 			sleep 0.2
@@ -392,17 +423,28 @@ start_extra_brokers() {
 	done
 }
 
+# run_quire NAME MODE [topic creation flags]: the produce phase of a Quire
+# configuration, on a standalone in MODE ("" ledger, isr) started unless
+# one in that mode already runs (quire-isr and quire-isr-flush share it).
 run_quire() {
-	local kafka=127.0.0.1:$quire_port_base p=$quire_port_base
+	local name=$1 mode=$2 p=$quire_port_base
+	shift 2
+	qcfg=$name
+	if [[ -n $quire_pid && $quire_mode == "$mode" ]] && kill -0 "$quire_pid" 2>/dev/null; then
+		produce "$name" "$quire_kafka" "$@"
+		return
+	fi
 	stop_kafka
-	if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-		reason[quire]="port $p already in use"
+	stop_quire
+	quire_mode=$mode
+	quire_kafka=127.0.0.1:$p
+	[[ $mode == isr ]] && quire_kafka=127.0.0.1:$((p + 30))
+	if (exec 3<>"/dev/tcp/${quire_kafka/://}") 2>/dev/null; then
+		reason[$name]="port ${quire_kafka#*:} already in use"
 		return 1
 	fi
 	start_quire || return 1
-	# Replication is the bookies' (E3 Qw3 Qa2), so the topic asks for the
-	# server's default replication factor.
-	produce quire "$kafka" --replication-factor -1
+	produce "$name" "$quire_kafka" "$@"
 }
 
 # ---- read phase ----
@@ -413,6 +455,8 @@ rlabel[kafka3]="Kafka 3 nodes, RF 3"
 rlabel[kafka3-flush]="Kafka 3 nodes, RF 3, flush.messages=1"
 rlabel[quire]="Quire standalone, E3 Qw3 Qa2"
 ((quire_brokers > 1)) && rlabel[quire]="Quire $quire_brokers brokers + 3 bookies"
+rlabel[quire-isr]="Quire ISR mode, 3 brokers, RF 3"
+rlabel[quire-isr-flush]="Quire ISR mode, RF 3, flush.messages=1"
 caches_dropped=yes # until the machine refuses once
 read_failed=0
 
@@ -445,7 +489,7 @@ backlog() {
 	bg_start 120 "$3" "$3.err" "$offsets" -brokers "$1" -topic "$2" -timeout 90s
 	pid=$bg_pid
 	while kill -0 "$pid" 2>/dev/null; do
-		if [[ $1 == "127.0.0.1:$quire_port_base" ]] && { [[ -z $quire_pid ]] || ! kill -0 "$quire_pid" 2>/dev/null; }; then
+		if [[ $1 == "$quire_kafka" ]] && { [[ -z $quire_pid ]] || ! kill -0 "$quire_pid" 2>/dev/null; }; then
 			bg_stop "$pid" 1
 			return 1
 		fi
@@ -512,7 +556,7 @@ catchup() {
 		return 1
 	fi
 	log "$name: $step: $(tail -1 "$out.out")"
-	[[ $name == quire ]] && log "quire: standalone VmHWM so far $(vmhwm) MiB"
+	is_quire "$name" && log "quire: standalone VmHWM so far $(vmhwm) MiB"
 	if ((c_records < n)); then
 		note "$name" "$step read $c_records of $n records within ${bound}s"
 		cu="$c_mbs* $c_rs $c_secs"
@@ -550,18 +594,18 @@ restart_quire() {
 		log "quire: restarting standalone (empty caches)"
 		stop_quire
 		if ! start_quire; then
-			note quire "restart $try: ${reason[quire]}"
+			note "$qcfg" "restart $try: ${reason[$qcfg]}"
 			continue
 		fi
-		if backlog "127.0.0.1:$quire_port_base" "$topic" "$out"; then
+		if backlog "$quire_kafka" "$topic" "$out"; then
 			log "quire: standalone VmHWM after restart and probe $(vmhwm) MiB"
 			return 0
 		fi
 		if [[ -n $quire_pid ]] && kill -0 "$quire_pid" 2>/dev/null; then
-			note quire "restart $try: $topic did not answer ListOffsets: $(tail -1 "$out.err" | cut -c1-100)"
+			note "$qcfg" "restart $try: $topic did not answer ListOffsets: $(tail -1 "$out.err" | cut -c1-100)"
 		else
 			wait "$quire_pid" 2>/dev/null
-			note quire "restart $try: standalone exited (status $?): $(tail -1 "$work/quire-standalone.log" | cut -c1-100)"
+			note "$qcfg" "restart $try: standalone exited (status $?): $(tail -1 "$work/quire-standalone.log" | cut -c1-100)"
 		fi
 	done
 	return 1
@@ -575,7 +619,7 @@ read_phase() {
 	shift 2
 	local ok=1
 	# 1. Cold catch-up.
-	if [[ $name == quire ]]; then
+	if is_quire "$name"; then
 		restart_quire "$topic" "$work/$name-backlog.out" || return 1
 	elif ! backlog "$brokers" "$topic" "$work/$name-backlog.out"; then
 		note "$name" "$topic did not answer ListOffsets: $(tail -1 "$work/$name-backlog.out.err" | cut -c1-100)"
@@ -633,7 +677,7 @@ read_phase() {
 		ok=0
 	fi
 	log "$name: tail: e2e p50/p99 $tail_e2e ms, producer p99 $tail_p99 ms"
-	[[ $name == quire ]] && log "quire: standalone VmHWM so far $(vmhwm) MiB"
+	is_quire "$name" && log "quire: standalone VmHWM so far $(vmhwm) MiB"
 	rd_tail[$name]="$tail_e2e $tail_p99"
 
 	# 4. The same producer with a catch-up reader from earliest (page cache
@@ -674,7 +718,7 @@ read_phase() {
 		ok=0
 	fi
 	rd_with[$name]="$with_rs $with_p99 $reader"
-	[[ $name == quire ]] && rd_rss[$name]=$(vmhwm)
+	is_quire "$name" && rd_rss[$name]=$(vmhwm)
 
 	# Single partition: RECORDS_SINGLE records at max rate, then a cold catch-up.
 	if ((single)); then
@@ -689,9 +733,9 @@ read_phase() {
 		parse_produce "$work/$name-1p-produce.out"
 		((rc == 0)) || note "$name" "single-partition produce: exit $rc, ${p_records:-no} records acknowledged"
 		rd_single[$name]=fail
-		if [[ $name == quire ]] && ! restart_quire "$t1" "$work/$name-1p-backlog.out"; then
+		if is_quire "$name" && ! restart_quire "$t1" "$work/$name-1p-backlog.out"; then
 			ok=0
-		elif [[ $name != quire ]] && ! backlog "$brokers" "$t1" "$work/$name-1p-backlog.out"; then
+		elif ! is_quire "$name" && ! backlog "$brokers" "$t1" "$work/$name-1p-backlog.out"; then
 			note "$name" "$t1 did not answer ListOffsets: $(tail -1 "$work/$name-1p-backlog.out.err" | cut -c1-100)"
 			ok=0
 		else
@@ -699,7 +743,7 @@ read_phase() {
 			drop_caches
 			catchup "$name" catchup-1p "$brokers" "$t1" "$n" || ok=0
 			rd_single[$name]="$n $cu"
-			[[ $name == quire ]] && rd_rss1[$name]=$(vmhwm)
+			is_quire "$name" && rd_rss1[$name]=$(vmhwm)
 		fi
 	fi
 	((ok))
@@ -735,8 +779,17 @@ for c in $configs; do
 		measure "$c" "$bootstrap" --replication-factor 3 "${extra[@]}"
 		;;
 	quire)
-		if run_quire && ((read_phase_on)); then
-			read_phase quire "127.0.0.1:$quire_port_base" --replication-factor -1 || read_failed=1
+		# Replication is the bookies' (E3 Qw3 Qa2), so the topic asks for the
+		# server's default replication factor.
+		if run_quire quire "" --replication-factor -1 && ((read_phase_on)); then
+			read_phase quire "$quire_kafka" --replication-factor -1 || read_failed=1
+		fi
+		;;
+	quire-isr | quire-isr-flush)
+		extra=(--replication-factor 3 --topic-config min.insync.replicas=2)
+		[[ $c == quire-isr-flush ]] && extra+=(--topic-config flush.messages=1)
+		if run_quire "$c" isr "${extra[@]}" && ((read_phase_on)); then
+			read_phase "$c" "$quire_kafka" "${extra[@]}" || read_failed=1
 		fi
 		;;
 	*) log "unknown configuration $c"; exit 2 ;;
@@ -761,17 +814,30 @@ for c in $configs; do
 		status=1
 	fi
 done
-if [[ -n ${result[quire]:-} ]]; then
-	echo
-	echo "Quire / Kafka (throughput ratio: higher is better for Quire; p99 ratio: lower is better):"
-	read -r qrs _ _ qp99 _ <<<"${result[quire]}"
+# produce_ratios Q HEADER: Q's throughput and p99 against each Kafka row it is
+# compared with (every one for quire, the peer of the same flush policy for
+# the ISR rows).
+produce_ratios() {
+	local q=$1 c qrs qp99 rs p99 peer printed=0
+	[[ -n ${result[$q]:-} ]] || return 0
+	peer=$(peer_of "$q")
+	read -r qrs _ _ qp99 _ <<<"${result[$q]}"
 	for c in $configs; do
-		[[ $c == quire || -z ${result[$c]:-} ]] && continue
+		is_quire "$c" && continue
+		[[ -z ${result[$c]:-} || (-n $peer && $c != "$peer") ]] && continue
+		if ((!printed)); then
+			echo
+			echo "$2"
+			printed=1
+		fi
 		read -r rs _ _ p99 _ <<<"${result[$c]}"
 		awk -v l="${label[$c]}" -v q="$qrs" -v k="$rs" -v qp="$qp99" -v kp="$p99" \
 			'BEGIN { printf "  vs %-56s records/s %.2fx  p99 %.2fx\n", l, (k > 0 ? q / k : 0), (kp > 0 ? qp / kp : 0) }'
 	done
-fi
+}
+produce_ratios quire "Quire / Kafka (throughput ratio: higher is better for Quire; p99 ratio: lower is better):"
+produce_ratios quire-isr "Quire ISR mode / Kafka, default flush (throughput ratio: higher is better for Quire; p99 ratio: lower is better):"
+produce_ratios quire-isr-flush "Quire ISR mode / Kafka, flush.messages=1 (throughput ratio: higher is better for Quire; p99 ratio: lower is better):"
 
 # ratio Q K: Q / K to 2 decimals, or - if either is not a positive number
 # (a * mark of an incomplete read is kept).
@@ -805,7 +871,7 @@ if ((read_phase_on)); then
 			"$e2e" "$tp99/$wp99" "$wrs" "$reader"
 	done
 	for c in $configs; do
-		[[ -n ${rd_rss[$c]:-} ]] && echo "Quire standalone peak RSS (VmHWM) over the read phase, steps 1-4 after its restart: ${rd_rss[$c]} MiB"
+		[[ -n ${rd_rss[$c]:-} ]] && echo "Quire standalone peak RSS (VmHWM) over the read phase of $c, steps 1-4 after its restart: ${rd_rss[$c]} MiB"
 	done
 	if ((single)); then
 		echo
@@ -820,16 +886,23 @@ if ((read_phase_on)); then
 			[[ -n ${rd_rss1[$c]:-} ]] && echo "Quire standalone peak RSS (VmHWM) over the single-partition catch-up after its restart: ${rd_rss1[$c]} MiB"
 		done
 	fi
-	kafka_rows=0
-	for c in $configs; do [[ $c != quire && -n ${rd_backlog[$c]:-} ]] && kafka_rows=1; done
-	if [[ -n ${rd_backlog[quire]:-} ]] && ((kafka_rows)); then
-		echo
-		echo "Quire / Kafka (catch-up MB/s ratio: higher is better for Quire; * = a read that did not finish within its bound):"
-		read -r qcold _ <<<"${rd_cold[quire]:-fail}"
-		read -r qwarm _ <<<"${rd_warm[quire]:-fail}"
-		read -r _ q1 _ <<<"${rd_single[quire]:-- fail}"
+	for q in $configs; do
+		is_quire "$q" && [[ -n ${rd_backlog[$q]:-} ]] || continue
+		peer=$(peer_of "$q")
+		header="Quire / Kafka"
+		[[ $q != quire ]] && header="${rlabel[$q]} / Kafka"
+		printed=0
+		read -r qcold _ <<<"${rd_cold[$q]:-fail}"
+		read -r qwarm _ <<<"${rd_warm[$q]:-fail}"
+		read -r _ q1 _ <<<"${rd_single[$q]:-- fail}"
 		for c in $configs; do
-			[[ $c == quire || -z ${rd_backlog[$c]:-} ]] && continue
+			is_quire "$c" && continue
+			[[ -z ${rd_backlog[$c]:-} || (-n $peer && $c != "$peer") ]] && continue
+			if ((!printed)); then
+				echo
+				echo "$header (catch-up MB/s ratio: higher is better for Quire; * = a read that did not finish within its bound):"
+				printed=1
+			fi
 			read -r kcold _ <<<"${rd_cold[$c]:-fail}"
 			read -r kwarm _ <<<"${rd_warm[$c]:-fail}"
 			line=$(printf '  vs %-38s catch-up cold %s, warm %s' "${rlabel[$c]}" "$(ratio "$qcold" "$kcold")" "$(ratio "$qwarm" "$kwarm")")
@@ -839,7 +912,7 @@ if ((read_phase_on)); then
 			fi
 			echo "$line"
 		done
-	fi
+	done
 	for c in $configs; do
 		[[ -n ${rd_notes[$c]:-} ]] && echo "note: ${rlabel[$c]}: ${rd_notes[$c]}"
 	done
