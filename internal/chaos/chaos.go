@@ -356,14 +356,19 @@ func runOnce(ctx context.Context, cfg Config, index int, seed int64) (r RunResul
 	if cfg.Acks == 1 {
 		acks = "1"
 	}
-	logf("workload: %d %s acks=%s producers, %d records/s each, %d partitions; %d faults scheduled",
-		cfg.Producers, kind, acks, cfg.Rate, cfg.Partitions, len(schedule))
+	logf("workload: %d %s acks=%s producers, %d records/s each, %d partitions; consumer group %s committing every %v; %d faults scheduled",
+		cfg.Producers, kind, acks, cfg.Rate, cfg.Partitions, chaosGroup, commitEvery, len(schedule))
 
 	stop := make(chan struct{})
 	produced := make(chan struct{})
 	go func() {
 		defer close(produced)
 		r.Stalled = !w.produce(ctx, stop, deliveryTimeout+10*time.Second)
+	}()
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		w.consumeGroup(ctx, stop)
 	}()
 	workStart := time.Now()
 	nemCtx, cancelNemesis := context.WithDeadline(ctx, workStart.Add(cfg.Duration))
@@ -374,6 +379,7 @@ func runOnce(ctx context.Context, cfg Config, index int, seed int64) (r RunResul
 	close(stop)
 	logf("workload stopped; waiting for the outcome of records in flight")
 	<-produced
+	<-consumed
 
 	// Everything is healed; let the cluster settle before the final read.
 	healCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
@@ -384,6 +390,9 @@ func runOnce(ctx context.Context, cfg Config, index int, seed int64) (r RunResul
 	logf("reading every partition back")
 	if err := w.readAll(healCtx); err != nil {
 		r.Err = fmt.Errorf("final read: %w", err)
+	}
+	if err := w.finalObservation(healCtx); err != nil && r.Err == nil {
+		r.Err = err
 	}
 	r.Restart = cl.selfRestarts()
 	r.Check = Check(history.Events())
@@ -542,6 +551,8 @@ func printRun(out io.Writer, cfg Config, r RunResult) {
 	}
 	sort.Strings(parts)
 	fmt.Fprintf(out, "linearizable (porcupine, per partition): %s\n", strings.Join(parts, " "))
+	fmt.Fprintf(out, "consumer group %s: commits acknowledged=%d, committed offsets observed=%d, went back=%d\n",
+		chaosGroup, c.CommitsAcked, c.CommitsObserved, c.CommitsBackwards)
 	fmt.Fprintf(out, "unavailable: %v (seconds without any acknowledgement)", c.Unavailable)
 	var perKind []string
 	for _, k := range FaultKinds {

@@ -43,6 +43,14 @@ type Result struct {
 	// Unavailable is the time, from the first acknowledgement to the end of
 	// the produce phase, spent in whole seconds without any acknowledgement.
 	Unavailable time.Duration
+	// CommitsAcked and CommitsObserved count the group workload's
+	// acknowledged offset commits (per partition) and the committed
+	// offsets the coordinator answered (groups.go).
+	CommitsAcked, CommitsObserved int
+	// CommitsBackwards: answers of a committed offset lower than a commit
+	// of that partition acknowledged before the answer was asked for.
+	// Never permitted.
+	CommitsBackwards int
 	// Permits: what the run's configuration allows; those anomalies are
 	// counted as always but do not make the result invalid.
 	Permits Permits
@@ -70,7 +78,7 @@ type Permits struct {
 // to check, which Linearizable says). Reordering, resurrection and
 // phantoms are never permitted.
 func (r Result) Valid() bool {
-	if r.Reordered+r.FailedPresent+r.Phantoms > 0 {
+	if r.Reordered+r.FailedPresent+r.Phantoms+r.CommitsBackwards > 0 {
 		return false
 	}
 	if !r.Permits.Loss && r.Lost+r.OffsetConflicts > 0 {
@@ -217,7 +225,51 @@ func Check(events []Event) Result {
 
 	r.Linearizable = checkLinearizable(ops, readAt, reads, readWindows)
 	r.Unavailable = unavailable(ops)
+	checkCommits(&r, events, note)
 	return r
+}
+
+// checkCommits holds every committed-offset answer to the commits
+// acknowledged before it was asked for: it must not be lower than any of
+// them (a committed offset never goes backwards).
+func checkCommits(r *Result, events []Event, note func(string, ...any)) {
+	type ack struct {
+		at     time.Time
+		offset int64
+	}
+	acks := map[int32][]ack{}
+	var observed []Event
+	for _, e := range events {
+		switch e.Kind {
+		case KindCommitOK:
+			r.CommitsAcked++
+			acks[e.Partition] = append(acks[e.Partition], ack{e.Time, e.Offset})
+		case KindCommitted:
+			r.CommitsObserved++
+			observed = append(observed, e)
+		}
+	}
+	for _, list := range acks {
+		sort.Slice(list, func(i, j int) bool { return list[i].at.Before(list[j].at) })
+	}
+	for _, o := range observed {
+		list := acks[o.Partition]
+		// The highest offset acknowledged before the observation started.
+		floor, floorAt := int64(-1), time.Time{}
+		for _, a := range list {
+			if !a.at.Before(o.Time) {
+				break
+			}
+			if a.offset > floor {
+				floor, floorAt = a.offset, a.at
+			}
+		}
+		if o.Offset < floor {
+			r.CommitsBackwards++
+			note("commit went back: partition %d committed offset %d acknowledged at %s, a fetch started at %s answered %d",
+				o.Partition, floor, floorAt.Format("15:04:05.000"), o.Time.Format("15:04:05.000"), o.Offset)
+		}
+	}
 }
 
 // readDone reports whether the final read of partition finished.

@@ -284,3 +284,69 @@ func TestDirectCheckAgreesWithPorcupine(t *testing.T) {
 		t.Fatal("no illegal history drawn: the comparison proves nothing")
 	}
 }
+
+// TestCheckCommits: a committed offset answered below a commit that was
+// acknowledged before the fetch started is an anomaly; an answer that
+// raced the acknowledgement, or an unknown commit, is not.
+func TestCheckCommits(t *testing.T) {
+	commit := func(b *historyBuilder, kind Kind, p int32, o int64) *historyBuilder {
+		return b.add(Event{Kind: KindCommitInvoke, Partition: p, Offset: o}).add(Event{Kind: kind, Partition: p, Offset: o})
+	}
+	observe := func(b *historyBuilder, p int32, o int64) *historyBuilder {
+		return b.add(Event{Kind: KindCommitted, Partition: p, Offset: o})
+	}
+	for _, tc := range []struct {
+		name      string
+		build     func(b *historyBuilder)
+		backwards int
+	}{
+		{"monotone", func(b *historyBuilder) {
+			commit(b, KindCommitOK, 0, 10)
+			observe(b, 0, 10)
+			commit(b, KindCommitOK, 0, 20)
+			observe(b, 0, 25) // a later commit's answer may already show
+		}, 0},
+		{"lost commit", func(b *historyBuilder) {
+			commit(b, KindCommitOK, 0, 10)
+			commit(b, KindCommitOK, 0, 20)
+			observe(b, 0, 10)
+		}, 1},
+		{"vanished group", func(b *historyBuilder) {
+			commit(b, KindCommitOK, 1, 5)
+			observe(b, 1, -1)
+		}, 1},
+		{"other partition", func(b *historyBuilder) {
+			commit(b, KindCommitOK, 0, 10)
+			observe(b, 1, 0)
+		}, 0},
+		{"unknown commit does not count", func(b *historyBuilder) {
+			commit(b, KindCommitOK, 0, 10)
+			commit(b, KindCommitInfo, 0, 20)
+			observe(b, 0, 10)
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newHistoryBuilder()
+			tc.build(b)
+			r := Check(b.events)
+			if r.CommitsBackwards != tc.backwards {
+				t.Fatalf("went back %d, want %d (%v)", r.CommitsBackwards, tc.backwards, r.Examples)
+			}
+			if r.Valid() != (tc.backwards == 0) {
+				t.Fatalf("Valid() = %v with %d commits gone back", r.Valid(), r.CommitsBackwards)
+			}
+		})
+	}
+
+	// The fetch was asked for before the commit's acknowledgement came
+	// back: it may answer the older offset.
+	b := newHistoryBuilder()
+	commit(b, KindCommitOK, 0, 10)
+	b.add(Event{Kind: KindCommitInvoke, Partition: 0, Offset: 20})
+	start := b.now.Add(time.Millisecond / 2)
+	b.add(Event{Kind: KindCommitOK, Partition: 0, Offset: 20})
+	b.events = append(b.events, Event{Time: start, Kind: KindCommitted, Partition: 0, Offset: 10})
+	if r := Check(b.events); r.CommitsBackwards != 0 {
+		t.Fatalf("a fetch concurrent with the commit: went back %d (%v)", r.CommitsBackwards, r.Examples)
+	}
+}

@@ -29,6 +29,16 @@ const (
 	KindReadStart Kind = "read-start"
 	KindRead      Kind = "read"
 	KindReadEnd   Kind = "read-end"
+	// KindCommitInvoke: the group member asked to commit Offset on
+	// Partition (commit number Seq); KindCommitOK: acknowledged;
+	// KindCommitInfo: refused or unanswered (it may still have been
+	// applied, or not).
+	KindCommitInvoke Kind = "commit"
+	KindCommitOK     Kind = "commit-ok"
+	KindCommitInfo   Kind = "commit-info"
+	// KindCommitted: an OffsetFetch, started at Time, answered Offset as
+	// the group's committed offset of Partition.
+	KindCommitted Kind = "committed"
 	// KindFaultStart and KindFaultEnd bracket a fault the nemesis injected.
 	KindFaultStart Kind = "fault-start"
 	KindFaultEnd   Kind = "fault-end"
