@@ -27,6 +27,7 @@ type saslFlags struct {
 	adminUser         string
 	adminPasswordFile string
 	reauth            time.Duration
+	acl               aclFlags // kafka_acl.go
 }
 
 func (s *saslFlags) register(f *pflag.FlagSet) {
@@ -34,13 +35,14 @@ func (s *saslFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&s.adminUser, "kafka-sasl-admin-user", "", "the SASL user who may add, change and delete users (kafka-configs --entity-type users); required with --kafka-sasl-mechanisms. Created at start, if it has no credentials yet, with the password in $"+adminPasswordEnv+" or --kafka-sasl-admin-password-file")
 	f.StringVar(&s.adminPasswordFile, "kafka-sasl-admin-password-file", "", "file holding the password --kafka-sasl-admin-user is created with (one line)")
 	f.DurationVar(&s.reauth, "kafka-sasl-reauth", 0, "SASL session lifetime (connections.max.reauth.ms): clients re-authenticate within it (KIP-368) or are disconnected; 0: sessions last as long as the connection")
+	s.acl.register(f)
 }
 
-// security is the Kafka listener's Security: SASL as the flags say, and
+// saslSecurity is the Kafka listener's Security: SASL as the flags say, and
 // the user database (on store) for the SCRAM credential APIs on every
 // listener. It creates the admin user when asked to and it has no
 // credentials.
-func (s *saslFlags) security(ctx context.Context, store meta.Store, log *slog.Logger) (kafka.Security, error) {
+func (s *saslFlags) saslSecurity(ctx context.Context, store meta.Store, log *slog.Logger) (kafka.Security, error) {
 	creds := auth.NewCredentials(store)
 	sec := kafka.Security{Mechanisms: s.mechanisms, Credentials: creds, SessionLifetime: s.reauth}
 	if err := sec.Validate(); err != nil {

@@ -3,12 +3,15 @@
 // later), the user database (SCRAM credentials in the metadata store,
 // credentials.go) and the server side of the SASL mechanisms PLAIN and
 // SCRAM-SHA-256/512 (sasl.go, scram.go), as exchanges of opaque tokens that know
-// nothing of any wire protocol.
+// nothing of any wire protocol; and Kafka's ACLs (acl.go: the model and the
+// Authorizer's decisions, as Kafka's StandardAuthorizer; acl_store.go: one
+// key per ACL in the metadata store, followed into an in-memory copy).
 //
 // It must never keep a password: a SCRAM credential is a salt, an iteration
 // count, StoredKey and ServerKey (RFC 5802), and PLAIN is checked by deriving
-// StoredKey from the password it is given and comparing. It decides who a
-// client is, never what the client may do: that is authorization's.
+// StoredKey from the password it is given and comparing. Authentication
+// decides who a client is; the Authorizer decides what a principal may do,
+// and never waits for the store to do so.
 package auth
 
 // PrincipalTypeUser is Kafka's principal type for SASL users (and the one

@@ -13,9 +13,13 @@ package kafka
 // SASL (sasl.go), DescribeUserScramCredentials and AlterUserScramCredentials
 // only where the listener has a credential store (scram_credentials.go).
 //
+// CreateAcls, DescribeAcls and DeleteAcls (acls.go) are advertised only on
+// a listener with an authorizer (Kafka advertises them always and answers
+// SECURITY_DISABLED without one).
+//
 // Not advertised (the connection closes if a client sends them anyway, as
 // Kafka does for an API it does not know): transactions (AddPartitionsToTxn,
-// EndTxn, …), ACLs, quotas, delegation tokens, DeleteRecords,
+// EndTxn, …), quotas, delegation tokens, DeleteRecords,
 // OffsetForLeaderEpoch, the legacy AlterConfigs, the KIP-848 consumer group
 // and share group APIs, and everything broker-to-broker or KRaft.
 //
@@ -41,7 +45,9 @@ type apiSpec struct {
 	// sasl APIs only on SASL listeners (their handling is saslGate's);
 	// credentials APIs only where the listener has a credential store.
 	sasl, credentials bool
-	handler           handler
+	// acls APIs only where the listener has an authorizer.
+	acls    bool
+	handler handler
 }
 
 // apis is every API served. A max below kmsg's says why in the API's file.
@@ -82,6 +88,10 @@ var apis = []apiSpec{
 	{key: kmsg.SASLAuthenticate, min: 0, max: 2, sasl: true},
 	{key: kmsg.DescribeUserSCRAMCredentials, min: 0, max: 0, credentials: true, handler: handleDescribeUserSCRAMCredentials},
 	{key: kmsg.AlterUserSCRAMCredentials, min: 0, max: 0, credentials: true, handler: handleAlterUserSCRAMCredentials},
+	// ACLs (acls.go): v0 dropped as by Kafka 4.0 (KIP-896).
+	{key: kmsg.DescribeACLs, min: 1, max: 3, acls: true, handler: handleDescribeACLs},
+	{key: kmsg.CreateACLs, min: 1, max: 3, acls: true, handler: handleCreateACLs},
+	{key: kmsg.DeleteACLs, min: 1, max: 3, acls: true, handler: handleDeleteACLs},
 }
 
 // handlers is apis by key.
@@ -101,7 +111,7 @@ func supportedVersions(withGroups, withTxns bool, sec *Security) [kmsg.MaxKey + 
 		vs[i] = versionRange{min: 0, max: -1}
 	}
 	for _, a := range apis {
-		if a.group && !withGroups || a.txn && !withTxns || a.sasl && !sec.SASL() || a.credentials && (sec == nil || sec.Credentials == nil) {
+		if a.group && !withGroups || a.txn && !withTxns || a.sasl && !sec.SASL() || a.credentials && (sec == nil || sec.Credentials == nil) || a.acls && (sec == nil || sec.Authorizer == nil) {
 			continue
 		}
 		vs[a.key] = versionRange{min: a.min, max: min(a.max, kmsg.RequestForKey(int16(a.key)).MaxVersion())}

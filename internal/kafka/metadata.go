@@ -9,7 +9,12 @@ package kafka
 // v10+ topics requested by ID only are resolved through the topic-ID cache
 // (UNKNOWN_TOPIC_ID when unknown).
 //
-// Deviations: no authorization, so topic (v8+) and cluster (v8–v10)
+// Authorization (a listener with an authorizer) is authorize.go's: topics
+// the principal may not describe are left out, or answered
+// TOPIC_AUTHORIZATION_FAILED when named, and authorized operations are
+// filled in when asked for.
+//
+// Deviations: without an authorizer, topic (v8+) and cluster (v8–v10)
 // authorized operations are always −2147483648 ("not provided"), also when
 // asked for; offline replicas are always empty (ledger mode has no replica
 // that can be offline).

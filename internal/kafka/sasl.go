@@ -95,10 +95,14 @@ type Security struct {
 	// DescribeUserScramCredentials and AlterUserScramCredentials serve it
 	// (they are advertised only when it is set). Required with Mechanisms.
 	Credentials *auth.Credentials
-	// SuperUsers, when not empty, are the only principals that may
-	// describe or alter credentials (Kafka's super.users; until ACLs
-	// exist, nothing else is restricted).
+	// SuperUsers, when not empty and without an Authorizer, are the only
+	// principals that may describe or alter credentials (with one, its
+	// own super users and ACLs decide).
 	SuperUsers []auth.Principal
+	// Authorizer, when set, enforces Kafka's ACLs on every request of the
+	// listener's connections and serves the ACL APIs (authorize.go,
+	// acls.go); nil: nothing is authorized.
+	Authorizer *auth.Authorizer
 	// SessionLifetime (connections.max.reauth.ms): an authenticated
 	// session lasts this long and is then re-authenticated by the client
 	// or its connection is closed. Zero: sessions last as long as their

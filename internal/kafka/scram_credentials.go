@@ -22,10 +22,11 @@ package kafka
 // after another, so a failure part-way leaves the earlier users changed
 // (each user's result says which). A salt that is empty or a salted
 // password of the wrong size for the hash answers UNACCEPTABLE_CREDENTIAL
-// (Kafka stores it and no login can ever match). Authorization: until ACLs
-// exist, Security.SuperUsers (when set) are the only principals allowed
-// (else CLUSTER_AUTHORIZATION_FAILED, Kafka's answer when the cluster
-// DESCRIBE/ALTER operation is denied); without super users anyone may.
+// (Kafka stores it and no login can ever match). Authorization: with an
+// authorizer, DESCRIBE (describe) or ALTER (alter) on the cluster, as
+// Kafka; without one, Security.SuperUsers (when set) are the only
+// principals allowed; refused, CLUSTER_AUTHORIZATION_FAILED. Without either
+// anyone may.
 
 import (
 	"context"
@@ -38,9 +39,12 @@ import (
 	"quire/internal/auth"
 )
 
-// mayManageCredentials says whether rq's principal may describe or alter
-// credentials.
-func mayManageCredentials(rq *request) bool {
+// mayManageCredentials says whether rq's principal may describe (op
+// DESCRIBE) or alter (ALTER) credentials.
+func mayManageCredentials(s *Server, rq *request, op auth.Operation) bool {
+	if rq.authorizer() != nil {
+		return s.allowedCluster(rq, op)
+	}
 	sec := rq.conn.sec
 	return len(sec.SuperUsers) == 0 || slices.Contains(sec.SuperUsers, rq.principal)
 }
@@ -50,7 +54,7 @@ func handleDescribeUserSCRAMCredentials(s *Server, _ context.Context, rq *reques
 	creds := rq.conn.sec.Credentials
 	return func(ctx context.Context) kmsg.Response {
 		resp := req.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
-		if !mayManageCredentials(rq) {
+		if !mayManageCredentials(s, rq, auth.OpDescribe) {
 			resp.ErrorCode = rq.note(kerr.ClusterAuthorizationFailed.Code)
 			resp.ErrorMessage = errorMessage(resp.ErrorCode)
 			return resp
@@ -122,7 +126,7 @@ func handleAlterUserSCRAMCredentials(s *Server, _ context.Context, rq *request) 
 			}
 			resp.Results = append(resp.Results, r)
 		}
-		if !mayManageCredentials(rq) {
+		if !mayManageCredentials(s, rq, auth.OpAlter) {
 			var users []string
 			for _, d := range req.Deletions {
 				users = append(users, d.Name)

@@ -483,7 +483,7 @@ func (s *Server) submit(ctx context.Context, cs *connState, frame []byte) (item 
 	item = &inflight{
 		rq:             rq,
 		received:       received,
-		finish:         h(s, ctx, rq),
+		finish:         s.handle(h, ctx, rq),
 		flexibleHeader: kreq.IsFlexible() && key != int16(kmsg.ApiVersions),
 	}
 	if key == int16(kmsg.ApiVersions) {
