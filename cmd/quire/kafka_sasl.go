@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,11 +29,21 @@ type saslFlags struct {
 	adminPasswordFile string
 	reauth            time.Duration
 	acl               aclFlags // kafka_acl.go
+	// OAUTHBEARER (KIP-768's names): the JWKS file, the issuer and
+	// audience expected, the claim the principal is taken from.
+	oauthJWKS, oauthIssuer, oauthAudience, oauthSubClaim string
+	// sslPrincipalRules: ssl.principal.mapping.rules.
+	sslPrincipalRules string
 }
 
 func (s *saslFlags) register(f *pflag.FlagSet) {
-	f.StringSliceVar(&s.mechanisms, "kafka-sasl-mechanisms", nil, "SASL mechanisms the Kafka listener requires, of "+strings.Join(auth.Mechanisms, ",")+" (empty: no SASL); with --kafka-tls-* it is Kafka's SASL_SSL, without SASL_PLAINTEXT")
-	f.StringVar(&s.adminUser, "kafka-sasl-admin-user", "", "the SASL user who may add, change and delete users (kafka-configs --entity-type users); required with --kafka-sasl-mechanisms. Created at start, if it has no credentials yet, with the password in $"+adminPasswordEnv+" or --kafka-sasl-admin-password-file")
+	f.StringSliceVar(&s.mechanisms, "kafka-sasl-mechanisms", nil, "SASL mechanisms the Kafka listener requires, of "+strings.Join(append(slices.Clone(auth.Mechanisms), auth.MechanismOAuthBearer), ",")+" (empty: no SASL); with --kafka-tls-* it is Kafka's SASL_SSL, without SASL_PLAINTEXT")
+	f.StringVar(&s.adminUser, "kafka-sasl-admin-user", "", "the SASL user who may add, change and delete users (kafka-configs --entity-type users); required with a PLAIN or SCRAM mechanism. Created at start, if it has no credentials yet, with the password in $"+adminPasswordEnv+" or --kafka-sasl-admin-password-file")
+	f.StringVar(&s.oauthJWKS, "kafka-sasl-oauthbearer-jwks", "", "OAUTHBEARER: JWKS file (RFC 7517) of the keys tokens are signed with (sasl.oauthbearer.jwks.endpoint.url as a file); required with OAUTHBEARER")
+	f.StringVar(&s.oauthIssuer, "kafka-sasl-oauthbearer-expected-issuer", "", "OAUTHBEARER: the iss a token must carry (empty: not checked)")
+	f.StringVar(&s.oauthAudience, "kafka-sasl-oauthbearer-expected-audience", "", "OAUTHBEARER: an aud a token must carry (empty: not checked)")
+	f.StringVar(&s.sslPrincipalRules, "kafka-tls-principal-mapping-rules", "DEFAULT", "how a client certificate's subject DN becomes the principal on a TLS listener without SASL (Kafka's ssl.principal.mapping.rules: DEFAULT, or RULE:pattern/replacement/[LU], comma-separated)")
+	f.StringVar(&s.oauthSubClaim, "kafka-sasl-oauthbearer-sub-claim-name", "sub", "OAUTHBEARER: the claim the principal (User:<value>) is taken from")
 	f.StringVar(&s.adminPasswordFile, "kafka-sasl-admin-password-file", "", "file holding the password --kafka-sasl-admin-user is created with (one line)")
 	f.DurationVar(&s.reauth, "kafka-sasl-reauth", 0, "SASL session lifetime (connections.max.reauth.ms): clients re-authenticate within it (KIP-368) or are disconnected; 0: sessions last as long as the connection")
 	s.acl.register(f)
@@ -45,17 +56,38 @@ func (s *saslFlags) register(f *pflag.FlagSet) {
 func (s *saslFlags) saslSecurity(ctx context.Context, store meta.Store, log *slog.Logger) (kafka.Security, error) {
 	creds := auth.NewCredentials(store)
 	sec := kafka.Security{Mechanisms: s.mechanisms, Credentials: creds, SessionLifetime: s.reauth}
+	mapping, err := auth.ParseSSLPrincipalMappingRules(s.sslPrincipalRules)
+	if err != nil {
+		return kafka.Security{}, fmt.Errorf("--kafka-tls-principal-mapping-rules: %w", err)
+	}
+	sec.SSLPrincipalMapping = mapping
+	if slices.Contains(s.mechanisms, auth.MechanismOAuthBearer) {
+		if s.oauthJWKS == "" {
+			return kafka.Security{}, errors.New("OAUTHBEARER needs --kafka-sasl-oauthbearer-jwks")
+		}
+		cfg, err := auth.ReadBearerConfig(s.oauthJWKS)
+		if err != nil {
+			return kafka.Security{}, fmt.Errorf("--kafka-sasl-oauthbearer-jwks: %w", err)
+		}
+		cfg.Issuer, cfg.Audience, cfg.SubClaim = s.oauthIssuer, s.oauthAudience, s.oauthSubClaim
+		if sec.Bearer, err = auth.NewBearerValidator(cfg); err != nil {
+			return kafka.Security{}, fmt.Errorf("--kafka-sasl-oauthbearer-jwks %s: %w", s.oauthJWKS, err)
+		}
+	} else if s.oauthJWKS != "" {
+		return kafka.Security{}, errors.New("--kafka-sasl-oauthbearer-jwks needs OAUTHBEARER in --kafka-sasl-mechanisms")
+	}
 	if err := sec.Validate(); err != nil {
 		return kafka.Security{}, err
 	}
-	if len(s.mechanisms) == 0 {
+	withCredentials := slices.ContainsFunc(s.mechanisms, func(m string) bool { return m != auth.MechanismOAuthBearer })
+	if !withCredentials {
 		if s.adminUser != "" {
-			return kafka.Security{}, errors.New("--kafka-sasl-admin-user needs --kafka-sasl-mechanisms")
+			return kafka.Security{}, errors.New("--kafka-sasl-admin-user needs a PLAIN or SCRAM mechanism in --kafka-sasl-mechanisms")
 		}
 		return sec, nil
 	}
 	if s.adminUser == "" {
-		return kafka.Security{}, errors.New("--kafka-sasl-mechanisms needs --kafka-sasl-admin-user (the user who manages the others)")
+		return kafka.Security{}, errors.New("PLAIN and SCRAM in --kafka-sasl-mechanisms need --kafka-sasl-admin-user (the user who manages the others)")
 	}
 	sec.SuperUsers = []auth.Principal{auth.User(s.adminUser)}
 	password, err := s.adminPassword()

@@ -88,13 +88,22 @@ const (
 
 // Security is what a listener asks of its clients.
 type Security struct {
-	// Mechanisms are the SASL mechanisms offered (auth.Mechanisms names).
-	// Empty: no SASL; every connection is auth.Anonymous.
+	// Mechanisms are the SASL mechanisms offered (auth.Mechanisms names
+	// and auth.MechanismOAuthBearer). Empty: no SASL; every connection is
+	// auth.Anonymous.
 	Mechanisms []string
 	// Credentials is the user database: SASL checks against it, and
 	// DescribeUserScramCredentials and AlterUserScramCredentials serve it
 	// (they are advertised only when it is set). Required with Mechanisms.
 	Credentials *auth.Credentials
+	// SSLPrincipalMapping maps a TLS client certificate's subject to the
+	// principal of a connection on a listener without SASL (Kafka's
+	// ssl.principal.mapping.rules; nil: DEFAULT, the whole DN).
+	SSLPrincipalMapping *auth.SSLPrincipalMapper
+	// Bearer checks OAUTHBEARER tokens; required with that mechanism. A
+	// session authenticated with a token ends when the token expires, if
+	// SessionLifetime is set and later (Kafka's rule for OAUTHBEARER).
+	Bearer *auth.BearerValidator
 	// SuperUsers, when not empty and without an Authorizer, are the only
 	// principals that may describe or alter credentials (with one, its
 	// own super users and ACLs decide).
@@ -125,12 +134,16 @@ func (sec *Security) SASL() bool { return sec != nil && len(sec.Mechanisms) > 0 
 // Validate checks a Security before it is used.
 func (sec *Security) Validate() error {
 	for _, m := range sec.Mechanisms {
-		if !slices.Contains(auth.Mechanisms, m) {
-			return fmt.Errorf("kafka: unknown SASL mechanism %q (known: %v)", m, auth.Mechanisms)
+		switch {
+		case m == auth.MechanismOAuthBearer:
+			if sec.Bearer == nil {
+				return errors.New("kafka: OAUTHBEARER needs a token validator (a JWKS)")
+			}
+		case !slices.Contains(auth.Mechanisms, m):
+			return fmt.Errorf("kafka: unknown SASL mechanism %q (known: %v, %s)", m, auth.Mechanisms, auth.MechanismOAuthBearer)
+		case sec.Credentials == nil:
+			return errors.New("kafka: SASL needs a credential store")
 		}
-	}
-	if len(sec.Mechanisms) > 0 && sec.Credentials == nil {
-		return errors.New("kafka: SASL needs a credential store")
 	}
 	return nil
 }
@@ -182,8 +195,10 @@ type saslConn struct {
 	// wrongMechanism is set when a re-authentication asked for another
 	// mechanism than the session's; its SaslAuthenticate then fails.
 	wrongMechanism string
-	// expiry is when the session ends (zero: never).
+	// expiry is when the session ends (zero: never), lifetime how long it
+	// was given when it began.
 	expiry          time.Time
+	lifetime        time.Duration
 	lastReauthStart time.Time
 	clientCanReauth bool // a SaslAuthenticate v1+ was seen
 }
@@ -301,8 +316,10 @@ func (s *Server) saslHandshake(cs *connState, rq *request, body []byte, received
 		// Kafka accepts the handshake and fails the SaslAuthenticate.
 		c.wrongMechanism = req.Mechanism
 	} else {
-		server, err := auth.NewServer(req.Mechanism, c.sec.Credentials)
-		if err != nil {
+		var server auth.Server
+		if req.Mechanism == auth.MechanismOAuthBearer {
+			server = auth.NewOAuthBearerServer(c.sec.Bearer)
+		} else if server, err = auth.NewServer(req.Mechanism, c.sec.Credentials); err != nil {
 			return nil, true, protocolErrorf("SASL: %v", err)
 		}
 		c.server, c.mechanism = server, req.Mechanism
@@ -384,8 +401,8 @@ func (s *Server) saslAuthenticate(ctx context.Context, cs *connState, rq *reques
 		return nil, true, err
 	}
 	resp.SASLAuthBytes = challenge
-	if done && c.clientCanReauth && c.sec.SessionLifetime > 0 {
-		resp.SessionLifetimeMillis = c.sec.SessionLifetime.Milliseconds()
+	if done && c.clientCanReauth && c.lifetime > 0 {
+		resp.SessionLifetimeMillis = max(c.lifetime.Milliseconds(), 1)
 	}
 	return answered(rq, received, resp), true, nil
 }
@@ -445,9 +462,15 @@ func (s *Server) saslStep(ctx context.Context, cs *connState, token []byte) ([]b
 	}
 	s.metrics.authenticated(c.mechanism, outcome)
 	c.principal, c.phase, c.reauthenticating = principal, phaseComplete, false
-	c.expiry = time.Time{}
+	c.expiry, c.lifetime = time.Time{}, 0
 	if c.sec.SessionLifetime > 0 {
-		c.expiry = c.sec.now().Add(c.sec.SessionLifetime)
+		now := c.sec.now()
+		c.lifetime = c.sec.SessionLifetime
+		// A token's session ends with the token (Kafka's OAUTHBEARER rule).
+		if t, ok := c.server.(interface{ Expiry() time.Time }); ok && !t.Expiry().IsZero() && t.Expiry().Sub(now) < c.lifetime {
+			c.lifetime = t.Expiry().Sub(now)
+		}
+		c.expiry = now.Add(c.lifetime)
 	}
 	s.log.Debug("SASL authenticated", "remote", cs.remote, "principal", principal, "mechanism", c.mechanism)
 	return challenge, true, nil

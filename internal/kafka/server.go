@@ -31,6 +31,7 @@ package kafka
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -378,6 +379,10 @@ type connState struct {
 	sec      *Security // nil: a plain net.Listener
 	versions *[kmsg.MaxKey + 1]versionRange
 	sasl     *saslConn // nil: no SASL on this listener
+	// tlsChecked: the client's certificate has been looked at (once the
+	// TLS handshake is done); tlsPrincipal is who it names, if anyone.
+	tlsChecked   bool
+	tlsPrincipal *auth.Principal
 }
 
 // principal is who the connection is authenticated as.
@@ -385,8 +390,44 @@ func (cs *connState) principal() auth.Principal {
 	if cs.sasl != nil && cs.sasl.phase == phaseComplete || cs.sasl != nil && cs.sasl.reauthenticating {
 		return cs.sasl.principal
 	}
+	if cs.tlsPrincipal != nil {
+		return *cs.tlsPrincipal
+	}
 	return auth.Anonymous
 }
+
+// checkTLSClient takes the principal of a listener without SASL from the
+// client's verified certificate (Kafka's SSL principal: the subject's DN
+// through ssl.principal.mapping.rules). It runs once, after the first
+// bytes were read, so the handshake is done. A certificate whose subject
+// no rule maps leaves the connection anonymous (and logged).
+func (c *conn) checkTLSClient() {
+	cs := &c.state
+	if cs.tlsChecked {
+		return
+	}
+	cs.tlsChecked = true
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok || cs.sasl != nil {
+		return
+	}
+	certs := tc.ConnectionState().VerifiedChains
+	if len(certs) == 0 || len(certs[0]) == 0 {
+		return
+	}
+	mapper := defaultSSLMapping
+	if cs.sec != nil && cs.sec.SSLPrincipalMapping != nil {
+		mapper = cs.sec.SSLPrincipalMapping
+	}
+	p, err := mapper.CertificatePrincipal(certs[0][0])
+	if err != nil {
+		c.s.log.Warn("client certificate maps to no principal; the connection stays anonymous", "remote", c.remote, "err", err)
+		return
+	}
+	cs.tlsPrincipal = &p
+}
+
+var defaultSSLMapping, _ = auth.ParseSSLPrincipalMappingRules("DEFAULT")
 
 func (cs *connState) versionRange(key int16) versionRange {
 	if key < 0 || int(key) >= len(cs.versions) {
@@ -661,6 +702,7 @@ func (c *conn) readLoop() {
 			c.abort()
 			return
 		}
+		c.checkTLSClient()
 		size := int32(binary.BigEndian.Uint32(sizeBuf[:]))
 		if maxFrame := c.state.sasl.maxFrame(c.s.maxFrameBytes); size < 0 || size > maxFrame {
 			c.s.log.Warn("request frame size out of bounds; closing connection", "remote", c.remote, "size", size, "max", maxFrame)

@@ -47,6 +47,7 @@ var thirdParty = map[string][]string{
 	"pflag":       {"github.com/spf13/pflag"},
 	"yaml":        {"sigs.k8s.io/yaml"},
 	"porcupine":   {"github.com/anishathalye/porcupine"},
+	"jwt":         {"github.com/golang-jwt/jwt/v5"},
 	// pulsar-client-go: tests and interop/ only, never the server binary.
 	"pulsar-client-go": {"github.com/apache/pulsar-client-go"},
 }
