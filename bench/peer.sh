@@ -22,6 +22,10 @@
 #                 partitions replicated on three brokers, RF 3, min.insync.replicas=2,
 #                 default flush (page cache): the peer of kafka3
 #   quire-isr-flush  the same standalone with flush.messages=1: the peer of kafka3-flush
+#   quire-secure  `quire standalone` as quire, with TLS, SASL/SCRAM-SHA-512 and the Kafka
+#                 authorizer on (SASL_SSL; the client is the admin, a super user): compared
+#                 with the quire row, the cost of security; produce phase only (the read
+#                 phase's offsets probe speaks plaintext)
 # The equal-durability peers of Quire are the 3-node rows; kafka3-flush is the
 # one that, like Quire, fsyncs before acknowledging. The quire-isr rows are
 # compared with the Kafka row of the same flush policy.
@@ -262,6 +266,7 @@ label[quire]="Quire standalone, E3 Qw3 Qa2, acks=all"
 ((quire_brokers > 1)) && label[quire]="Quire $quire_brokers brokers + 3 bookies, E3 Qw3 Qa2, acks=all"
 label[quire-isr]="Quire ISR mode, 3 brokers, RF 3, minISR 2, acks=all"
 label[quire-isr-flush]="Quire ISR mode, 3 brokers, RF 3, minISR 2, acks=all, flush.messages=1"
+label[quire-secure]="Quire standalone, E3 Qw3 Qa2, acks=all, TLS + SCRAM-SHA-512 + ACLs"
 
 # The Quire configuration running now (quire, quire-isr or quire-isr-flush),
 # its standalone's mode and its Kafka bootstrap address.
@@ -344,6 +349,12 @@ start_quire() {
 	if [[ $quire_mode == isr ]]; then
 		dir=$work/quire-isr-data
 		handoff=(--mode isr --brokers 3)
+	elif [[ $quire_mode == secure ]]; then
+		dir=$work/quire-secure-data
+		"$quire" certs --dir "$work/certs" --hosts 127.0.0.1,localhost >/dev/null || { reason[$qcfg]="quire certs failed"; return 1; }
+		handoff=(--kafka-tls-cert "$work/certs/server.pem" --kafka-tls-key "$work/certs/server-key.pem"
+			--kafka-sasl-mechanisms SCRAM-SHA-512 --kafka-sasl-admin-user admin --kafka-authorizer)
+		export QUIRE_KAFKA_SASL_ADMIN_PASSWORD=peer-secret QUIRE_PERF_SASL_PASSWORD=peer-secret
 	elif ((quire_brokers > 1)); then
 		handoff=(--bundle-handoff-after 1s)
 	fi
@@ -371,7 +382,7 @@ start_quire() {
 		reason[$qcfg]="not serving Kafka on $kafka within 60 s"
 		return 1
 	fi
-	[[ $quire_mode == isr ]] && return 0
+	[[ $quire_mode == isr || $quire_mode == secure ]] && return 0
 	start_extra_brokers && settle_bundles
 }
 
@@ -457,6 +468,7 @@ rlabel[quire]="Quire standalone, E3 Qw3 Qa2"
 ((quire_brokers > 1)) && rlabel[quire]="Quire $quire_brokers brokers + 3 bookies"
 rlabel[quire-isr]="Quire ISR mode, 3 brokers, RF 3"
 rlabel[quire-isr-flush]="Quire ISR mode, RF 3, flush.messages=1"
+rlabel[quire-secure]="Quire, TLS + SCRAM + ACLs"
 caches_dropped=yes # until the machine refuses once
 read_failed=0
 
@@ -785,6 +797,9 @@ for c in $configs; do
 			read_phase quire "$quire_kafka" --replication-factor -1 || read_failed=1
 		fi
 		;;
+	quire-secure)
+		run_quire quire-secure secure --replication-factor -1 --tls-ca "$work/certs/ca.pem" --sasl-mechanism SCRAM-SHA-512 --sasl-user admin
+		;;
 	quire-isr | quire-isr-flush)
 		extra=(--replication-factor 3 --topic-config min.insync.replicas=2)
 		[[ $c == quire-isr-flush ]] && extra+=(--topic-config flush.messages=1)
@@ -836,6 +851,14 @@ produce_ratios() {
 	done
 }
 produce_ratios quire "Quire / Kafka (throughput ratio: higher is better for Quire; p99 ratio: lower is better):"
+if [[ -n ${result[quire-secure]:-} && -n ${result[quire]:-} ]]; then
+	echo
+	echo "The cost of security: Quire with TLS + SASL/SCRAM-SHA-512 + ACLs / Quire plaintext, same run (throughput: higher is better; p99: lower):"
+	read -r srs _ _ sp99 _ <<<"${result[quire-secure]}"
+	read -r prs _ _ pp99 _ <<<"${result[quire]}"
+	awk -v s="$srs" -v p="$prs" -v sp="$sp99" -v pp="$pp99" \
+		'BEGIN { printf "  records/s %.2fx  p99 %.2fx\n", (p > 0 ? s / p : 0), (pp > 0 ? sp / pp : 0) }'
+fi
 produce_ratios quire-isr "Quire ISR mode / Kafka, default flush (throughput ratio: higher is better for Quire; p99 ratio: lower is better):"
 produce_ratios quire-isr-flush "Quire ISR mode / Kafka, flush.messages=1 (throughput ratio: higher is better for Quire; p99 ratio: lower is better):"
 
@@ -855,7 +878,9 @@ if ((read_phase_on)); then
 		"tail e2e p50/p99 ms" "produce p99 ms alone/with" "rec/s with" "reader MB/s"
 	for c in $configs; do
 		if [[ -z ${rd_backlog[$c]:-} ]]; then
-			if [[ -n ${result[$c]:-} ]]; then
+			if [[ $c == quire-secure ]]; then
+				printf '%-38s not run (produce phase only)\n' "${rlabel[$c]:-$c}"
+			elif [[ -n ${result[$c]:-} ]]; then
 				printf '%-38s FAILED: %s\n' "${rlabel[$c]}" "${rd_notes[$c]:-unknown}"
 				status=1
 			else

@@ -168,11 +168,11 @@ func perSecond(n float64, d time.Duration) float64 {
 }
 
 // seedClientOpts are the options every perf client starts from.
-func seedClientOpts(brokers []string) []kgo.Opt {
-	return []kgo.Opt{
+func seedClientOpts(brokers []string, sec ClientSecurity) []kgo.Opt {
+	return append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("quire-perf"),
-	}
+	}, sec.opts...)
 }
 
 // closeBounded closes cl, giving up after timeout: a client stuck on a dead

@@ -18,7 +18,9 @@ import (
 // command line.
 type ConsumeConfig struct {
 	Brokers []string
-	Topic   string
+	// Security: TLS and SASL, as the --tls-* and --sasl-* flags say.
+	Security ClientSecurity
+	Topic    string
 	// Group, if set, consumes as a member of that consumer group and commits
 	// its offsets; otherwise every partition is read directly, nothing
 	// committed.
@@ -36,6 +38,7 @@ type ConsumeConfig struct {
 func RegisterConsumeFlags(fs *pflag.FlagSet) func() (ConsumeConfig, error) {
 	var c ConsumeConfig
 	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "bootstrap brokers, host:port, comma-separated")
+	c.Security.register(fs)
 	fs.StringVar(&c.Topic, "topic", "", "topic to consume (required)")
 	fs.StringVar(&c.Group, "group", "", "consumer group to join and commit in (default: read every partition directly, no group)")
 	fs.StringVar(&c.From, "from", "earliest", "where to start without a committed offset: earliest or latest")
@@ -45,6 +48,9 @@ func RegisterConsumeFlags(fs *pflag.FlagSet) func() (ConsumeConfig, error) {
 	return func() (ConsumeConfig, error) {
 		if c.Records > 0 && !fs.Changed("duration") {
 			c.Duration = 0
+		}
+		if err := c.Security.resolve(); err != nil {
+			return c, err
 		}
 		return c, c.Validate()
 	}
@@ -72,7 +78,7 @@ func (c *ConsumeConfig) clientOpts() []kgo.Opt {
 	if c.From == "latest" {
 		start = kgo.NewOffset().AtEnd()
 	}
-	opts := append(seedClientOpts(c.Brokers),
+	opts := append(seedClientOpts(c.Brokers, c.Security),
 		kgo.ConsumeTopics(c.Topic),
 		kgo.ConsumeResetOffset(start),
 	)

@@ -19,7 +19,9 @@ import (
 // command line.
 type ProduceConfig struct {
 	Brokers []string
-	Topic   string
+	// Security: TLS and SASL, as the --tls-* and --sasl-* flags say.
+	Security ClientSecurity
+	Topic    string
 	// Partitions, ReplicationFactor and TopicConfigs are used only when the
 	// topic does not exist yet and is created; Partitions 0 never creates.
 	Partitions        int32
@@ -61,6 +63,7 @@ func RegisterProduceFlags(fs *pflag.FlagSet) func() (ProduceConfig, error) {
 		batchMax     int
 	)
 	fs.StringSliceVar(&c.Brokers, "brokers", []string{"127.0.0.1:9092"}, "bootstrap brokers, host:port, comma-separated")
+	c.Security.register(fs)
 	fs.StringVar(&c.Topic, "topic", "", "topic to produce to (required); created if absent")
 	fs.IntVar(&partitions, "partitions", 16, "partitions of the topic if it is created (0: never create)")
 	fs.IntVar(&rf, "replication-factor", 1, "replication factor of the topic if it is created (-1: the server's default)")
@@ -99,6 +102,9 @@ func RegisterProduceFlags(fs *pflag.FlagSet) func() (ProduceConfig, error) {
 		}
 		if c.Acks != "all" && !fs.Changed("idempotent") {
 			c.Idempotent = false
+		}
+		if err := c.Security.resolve(); err != nil {
+			return c, err
 		}
 		return c, c.Validate()
 	}
@@ -168,7 +174,7 @@ func compressionOpt(name string) (kgo.CompressionCodec, error) {
 func (c *ProduceConfig) clientOpts() []kgo.Opt {
 	acks, _ := acksOpt(c.Acks)
 	codec, _ := compressionOpt(c.Compression)
-	opts := append(seedClientOpts(c.Brokers),
+	opts := append(seedClientOpts(c.Brokers, c.Security),
 		kgo.DefaultProduceTopic(c.Topic),
 		kgo.RequiredAcks(acks),
 		kgo.ProducerLinger(c.Linger),
