@@ -1,8 +1,12 @@
 package tlsconf
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"net"
 	"os"
 	"path/filepath"
@@ -148,4 +152,77 @@ func TestCertificateReloaded(t *testing.T) {
 	if third.SerialNumber.Cmp(second.SerialNumber) != 0 {
 		t.Fatal("a broken renewal replaced the last good certificate")
 	}
+}
+
+// TestMutualTLSRefusals: with a client CA set, a client certificate from
+// another CA, and an expired one from the right CA, are refused at the
+// handshake; a server certificate from another CA is refused by the
+// client.
+func TestMutualTLSRefusals(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	for _, d := range []string{dir, other} {
+		if err := MakeTestPKI(d, []string{"127.0.0.1"}, "alice", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := Server(Files{Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server-key.pem"), ClientCA: filepath.Join(dir, "ca.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, cfg)
+	pool, err := Pool(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := tls.LoadX509KeyPair(filepath.Join(other, "client.pem"), filepath.Join(other, "client-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(addr, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{foreign}}); err == nil {
+		t.Error("a client certificate of another CA was accepted")
+	}
+	if _, err := dial(addr, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{expiredClient(t, dir)}}); err == nil {
+		t.Error("an expired client certificate was accepted")
+	}
+	good, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(addr, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{good}}); err != nil {
+		t.Fatalf("the valid client certificate: %v", err)
+	}
+	otherPool, err := Pool(filepath.Join(other, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(addr, &tls.Config{RootCAs: otherPool, Certificates: []tls.Certificate{good}}); err == nil {
+		t.Error("a client trusting another CA accepted the server")
+	}
+}
+
+// expiredClient signs, with dir's test CA, a client certificate that
+// expired an hour ago.
+func expiredClient(t *testing.T, dir string) tls.Certificate {
+	t.Helper()
+	ca, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "alice"},
+		NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
