@@ -60,10 +60,18 @@ const (
 	// kill), needed because replication on one machine lags by well under
 	// a millisecond and the kernel here has no netem to slow links.
 	FaultLagKill FaultKind = "lag-kill"
+	// FaultPartitionKill composes two faults: one node's namespace is cut
+	// off (as FaultPartition) and, at the same instant, another node is
+	// SIGKILLed; both are healed together after the duration. Target is
+	// "isolated>killed". A partitioned bookie while a broker dies makes the
+	// successor recover ledgers with one replica unreachable; a partitioned
+	// broker while an etcd member dies makes its session ride on the two
+	// members left.
+	FaultPartitionKill FaultKind = "partition-kill"
 )
 
 // FaultKinds are the kinds implemented, in the order --nemesis lists them.
-var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit, FaultCutMeta, FaultPower, FaultDiskFull, FaultLagKill}
+var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit, FaultCutMeta, FaultPower, FaultDiskFull, FaultLagKill, FaultPartitionKill}
 
 // powerTarget is the Target of a FaultPower.
 const powerTarget = "bookies+brokers"
@@ -179,6 +187,15 @@ func Schedule(seed int64, duration time.Duration, kinds []FaultKind, targets []s
 			}
 		case FaultPower:
 			f.Target = powerTarget
+		case FaultPartitionKill:
+			// A second node, other than the isolated one.
+			if len(targets) > 1 {
+				other := targets[rng.IntN(len(targets)-1)]
+				if other == f.Target {
+					other = targets[len(targets)-1]
+				}
+				f.Target += ">" + other
+			}
 		case FaultDiskFull:
 			// Only the nodes that keep data have a disk the harness can
 			// fill: bookies, or brokers when there are none (ISR mode). A
@@ -296,6 +313,23 @@ func (m *nemesis) inject(ctx context.Context, f Fault) (func(context.Context) er
 		victims := m.cluster.roles(RoleBookie, RoleBroker)
 		m.cluster.killAll(victims)
 		return func(context.Context) error { return m.cluster.restartAll(victims) }, nil
+	case FaultPartitionKill:
+		isolated, killed, ok := strings.Cut(f.Target, ">")
+		a, b := m.cluster.node(isolated), m.cluster.node(killed)
+		if !ok || a == nil || b == nil || a == b {
+			return nil, fmt.Errorf("partition-kill %q: want two nodes, isolated>killed", f.Target)
+		}
+		if err := m.cluster.net.isolate(ctx, a.name); err != nil {
+			return nil, err
+		}
+		m.cluster.kill(b)
+		return func(ctx context.Context) error {
+			err := m.cluster.net.connect(ctx, a.name)
+			if rerr := m.cluster.restart(b); err == nil {
+				err = rerr
+			}
+			return err
+		}, nil
 	}
 	n := m.cluster.node(f.Target)
 	if n == nil {

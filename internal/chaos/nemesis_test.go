@@ -182,3 +182,23 @@ func TestScheduleLagKill(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedulePartitionKill: a partition-kill names two different nodes,
+// the isolated one and the killed one, and over a few schedules every
+// node is drawn as the killed one.
+func TestSchedulePartitionKill(t *testing.T) {
+	targets := []string{"meta1", "meta2", "meta3", "bookie1", "bookie2", "broker1", "broker2"}
+	killed := map[string]bool{}
+	for seed := int64(1); seed <= 20; seed++ {
+		for _, f := range Schedule(seed, 5*time.Minute, []FaultKind{FaultPartitionKill}, targets) {
+			a, b, ok := strings.Cut(f.Target, ">")
+			if !ok || a == b || !slices.Contains(targets, a) || !slices.Contains(targets, b) {
+				t.Fatalf("%v: want isolated>killed, two different nodes", f)
+			}
+			killed[b] = true
+		}
+	}
+	if len(killed) != len(targets) {
+		t.Fatalf("killed nodes drawn: %v, want all of %v", killed, targets)
+	}
+}
