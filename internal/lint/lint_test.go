@@ -33,6 +33,7 @@ var thirdParty = map[string][]string{
 	"kbin":        {"github.com/twmb/franz-go/pkg/kbin"},
 	"kgo":         {"github.com/twmb/franz-go/pkg/kgo"},
 	"kadm":        {"github.com/twmb/franz-go/pkg/kadm"},
+	"sasl":        {"github.com/twmb/franz-go/pkg/sasl"},
 	"pebble":      {"github.com/cockroachdb/pebble/v2"},
 	"prometheus":  {"github.com/prometheus/client_golang"},
 	"protobuf":    {"google.golang.org/protobuf"},
