@@ -207,44 +207,15 @@ func runBrokerDisruption(t *testing.T, what string, resumeLimit time.Duration, d
 // value is there twice, and that sequence numbers grow in each partition.
 func checkReadBack[V any](t *testing.T, ctx context.Context, addr, topic string, acked map[string]V) int {
 	t.Helper()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	testutil.WaitForWithin(t, 30*time.Second, "the broker to answer", func() bool { return cons.Ping(ctx) == nil })
-	ends, err := kadm.NewClient(cons).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
-	got := map[int32]int64{}
 	seen := map[string]int{}
 	lastSeq := map[int32]int{}
-	done := func() bool {
-		for p, end := range want {
-			if got[p] < end {
-				return false
-			}
+	for _, r := range consumeAll(t, ctx, addr, topic) {
+		seen[string(r.Value)]++
+		seq, _ := strconv.Atoi(strings.TrimPrefix(string(r.Value), "seq-"))
+		if last, ok := lastSeq[r.Partition]; ok && seq <= last {
+			t.Errorf("partition %d: seq %d after %d (out of order or duplicated)", r.Partition, seq, last)
 		}
-		return true
-	}
-	for !done() {
-		fs := cons.PollFetches(ctx)
-		if err := fs.Err0(); err != nil {
-			t.Fatalf("consume: %v (have %v of %v)", err, got, want)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			got[r.Partition] = r.Offset + 1
-			seen[string(r.Value)]++
-			seq, _ := strconv.Atoi(strings.TrimPrefix(string(r.Value), "seq-"))
-			if last, ok := lastSeq[r.Partition]; ok && seq <= last {
-				t.Errorf("partition %d: seq %d after %d (out of order or duplicated)", r.Partition, seq, last)
-			}
-			lastSeq[r.Partition] = seq
-		})
+		lastSeq[r.Partition] = seq
 	}
 	var missing, dups []string
 	for v := range acked {
@@ -260,9 +231,50 @@ func checkReadBack[V any](t *testing.T, ctx context.Context, addr, topic string,
 	sort.Strings(missing)
 	sort.Strings(dups)
 	if len(missing) > 0 || len(dups) > 0 {
-		t.Fatalf("%d acknowledged records missing (%.10v), %d duplicated (%.10v)", len(missing), missing, len(dups), dups)
+		t.Fatalf("%d acknowledged records missing (%v), %d duplicated (%v)", len(missing), missing[:min(10, len(missing))], len(dups), dups[:min(10, len(dups))])
 	}
 	return len(seen)
+}
+
+// consumeAll reads every partition of topic from its start to the end
+// offsets it has when the read begins, through the broker at addr, and
+// returns the records in each partition's offset order.
+func consumeAll(t *testing.T, ctx context.Context, addr, topic string) []*kgo.Record {
+	t.Helper()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	testutil.WaitForWithin(t, 30*time.Second, "the broker to answer", func() bool { return cons.Ping(ctx) == nil })
+	ends, err := kadm.NewClient(cons).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
+	got := map[int32]int64{}
+	done := func() bool {
+		for p, end := range want {
+			if got[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	var out []*kgo.Record
+	for !done() {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume: %v (have %v of %v)", err, got, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got[r.Partition] = r.Offset + 1
+			out = append(out, r)
+		})
+	}
+	return out
 }
 
 func waitBrokers(t *testing.T, endpoint string, n int, procs map[int32]*quireProcess) {

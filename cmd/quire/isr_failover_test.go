@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"quire/internal/isr"
 	"quire/internal/meta"
@@ -59,19 +60,32 @@ func TestISRZombieLeaderFenced(t *testing.T) {
 	})
 }
 
-// isrCluster is etcd (in the test process) and three broker processes
-// serving an ISR-mode namespace.
+// isrCluster is etcd (in the test process) and broker processes serving
+// an ISR-mode namespace.
 type isrCluster struct {
 	endpoint   string
+	store      meta.Store // the test's own client of etcd: partition records
 	kafkaAddrs map[int32]string
 	brokers    map[int32]*quireProcess
+	isrDirs    map[int32]string // each broker's --isr-data-dir
 	admins     map[int32]*kadm.Client
 	topic      string
 }
 
+// isrClusterSpec is what startISRClusterWith builds: brokers broker
+// processes (ids 1..brokers, one zone each), the namespace in ISR mode with
+// replication factor brokers and minISR, and topic created with partitions
+// and configs.
+type isrClusterSpec struct {
+	brokers, minISR int
+	topic           string
+	partitions      int
+	configs         map[string]*string
+}
+
 // survivorAdmin is an admin client of a broker other than victim.
 func (c *isrCluster) survivorAdmin(victim int32) *kadm.Client {
-	for _, id := range []int32{1, 2, 3} {
+	for id := int32(1); int(id) <= len(c.brokers); id++ {
 		if id != victim {
 			return c.admins[id]
 		}
@@ -79,29 +93,70 @@ func (c *isrCluster) survivorAdmin(victim int32) *kadm.Client {
 	return nil
 }
 
+// kill SIGKILLs broker id and waits until it is gone.
+func (c *isrCluster) kill(t *testing.T, id int32) {
+	t.Helper()
+	p := c.brokers[id]
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	p.exited <- nil // for the cleanup
+}
+
+// restart starts broker id again with the arguments (and so the data
+// directory and addresses) it had.
+func (c *isrCluster) restart(t *testing.T, id int32) {
+	t.Helper()
+	c.brokers[id] = startQuire(t, c.brokers[id].cmd.Args[1:]...)
+}
+
+// record reads partition's record from the metadata store, as the
+// controller last wrote it.
+func (c *isrCluster) record(t *testing.T, ctx context.Context, partition string) isr.PartitionState {
+	t.Helper()
+	kv, err := c.store.Get(ctx, isr.PartitionKey(partition))
+	if err != nil {
+		t.Fatalf("partition record %s: %v", partition, err)
+	}
+	st, err := isr.UnmarshalState(kv.Value)
+	if err != nil {
+		t.Fatalf("partition record %s: %v", partition, err)
+	}
+	return st
+}
+
 func startISRCluster(t *testing.T, topic string, partitions int) *isrCluster {
 	t.Helper()
+	return startISRClusterWith(t, isrClusterSpec{brokers: 3, minISR: 2, topic: topic, partitions: partitions})
+}
+
+func startISRClusterWith(t *testing.T, spec isrClusterSpec) *isrCluster {
+	t.Helper()
+	topic, partitions := spec.topic, spec.partitions
 	c := &isrCluster{endpoint: startTestMeta(t), kafkaAddrs: map[int32]string{}, brokers: map[int32]*quireProcess{},
-		admins: map[int32]*kadm.Client{}, topic: topic}
+		isrDirs: map[int32]string{}, admins: map[int32]*kadm.Client{}, topic: topic}
 	dir := t.TempDir()
-	for _, id := range []int32{1, 2, 3} {
+	for id := int32(1); int(id) <= spec.brokers; id++ {
 		c.kafkaAddrs[id] = freeAddr(t)
+		c.isrDirs[id] = filepath.Join(dir, "broker-"+strconv.Itoa(int(id)))
 		c.brokers[id] = startQuire(t, "broker", "--meta-endpoints", c.endpoint, "--broker-id", strconv.Itoa(int(id)),
 			"--kafka-addr", c.kafkaAddrs[id], "--http-addr", freeAddr(t), "--pulsar-addr", "", "--broker-session-ttl", "3s",
-			"--zone", "z"+strconv.Itoa(int(id)), "--isr-data-dir", filepath.Join(dir, "broker-"+strconv.Itoa(int(id))))
+			"--zone", "z"+strconv.Itoa(int(id)), "--isr-data-dir", c.isrDirs[id])
 	}
-	waitBrokers(t, c.endpoint, 3, c.brokers)
+	waitBrokers(t, c.endpoint, spec.brokers, c.brokers)
 	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{c.endpoint}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	testutil.WaitForWithin(t, 30*time.Second, "three ISR broker registrations", func() bool {
+	t.Cleanup(func() { store.Close() })
+	c.store = store
+	testutil.WaitForWithin(t, 30*time.Second, "the ISR broker registrations", func() bool {
 		res, err := store.List(context.Background(), isr.BrokerPrefix, meta.ListOptions{})
-		return err == nil && len(res.KVs) == 3
+		return err == nil && len(res.KVs) == spec.brokers
 	})
-	runAdmin(t, "namespaces", "set-replication", "public/default", "--mode", "isr", "--replication-factor", "3",
-		"--min-insync-replicas", "2", "--meta-endpoints="+strings.TrimPrefix(c.endpoint, "http://"))
+	runAdmin(t, "namespaces", "set-replication", "public/default", "--mode", "isr", "--replication-factor", strconv.Itoa(spec.brokers),
+		"--min-insync-replicas", strconv.Itoa(spec.minISR), "--meta-endpoints="+strings.TrimPrefix(c.endpoint, "http://"))
 	for id, addr := range c.kafkaAddrs {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 		if err != nil {
@@ -113,23 +168,23 @@ func startISRCluster(t *testing.T, topic string, partitions int) *isrCluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// CreateTopics checks the replication factor against the brokers the
-	// receiving broker sees live, which it learns by a watch.
-	var seen kadm.BrokerDetails
-	defer func() {
-		if t.Failed() {
-			t.Logf("broker 1 saw brokers %+v", seen)
+	// receiving broker sees live, which it learns by a watch. Each broker
+	// is asked directly: a kgo client's Metadata may be answered from its
+	// cache and lag behind the brokers' own view for many seconds.
+	testutil.WaitForWithin(t, 30*time.Second, "every broker to see every broker", func() bool {
+		for _, addr := range c.kafkaAddrs {
+			md := rawRequest(t, ctx, addr, kmsg.NewPtrMetadataRequest()).(*kmsg.MetadataResponse)
+			if len(md.Brokers) != spec.brokers {
+				return false
+			}
 		}
-	}()
-	testutil.WaitForWithin(t, 30*time.Second, "broker 1 to see three brokers", func() bool {
-		md, err := c.admins[1].BrokerMetadata(ctx)
-		seen = md.Brokers
-		return err == nil && len(md.Brokers) == 3
+		return true
 	})
-	if _, err := c.admins[1].CreateTopic(ctx, int32(partitions), 3, nil, topic); err != nil {
+	if _, err := c.admins[1].CreateTopic(ctx, int32(partitions), int16(spec.brokers), spec.configs, topic); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitForWithin(t, 30*time.Second, "every partition led with an ISR of 3", func() bool {
-		return isrOnline(ctx, c.admins[1], topic, partitions, 3, nil)
+	testutil.WaitForWithin(t, 30*time.Second, "every partition led with a full ISR", func() bool {
+		return isrOnline(ctx, c.admins[1], topic, partitions, spec.brokers, nil)
 	})
 	return c
 }
@@ -266,7 +321,7 @@ func runISRDisruption(t *testing.T, what string, disrupt func(t *testing.T, c *i
 		})
 		if exited {
 			t.Logf("the resumed broker %d stopped (its session was gone); starting it again on its data directory", victim)
-			c.brokers[victim] = startQuire(t, c.brokers[victim].cmd.Args[1:]...)
+			c.restart(t, victim)
 			testutil.WaitForWithin(t, 60*time.Second, "the restarted broker back in the ISR of partition 0", backInISR)
 		}
 	}

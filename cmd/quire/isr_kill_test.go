@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"quire/internal/testutil"
 )
@@ -52,6 +53,16 @@ func TestStandaloneISRKilledRecovers(t *testing.T) {
 	}
 	defer prod.Close()
 	adm := kadm.NewClient(prod)
+	// /readyz does not wait for each broker to see the others, and
+	// CreateTopics checks the replication factor against those.
+	testutil.WaitForWithin(t, 30*time.Second, "every broker to see three brokers", func() bool {
+		for _, addr := range seeds {
+			if md := rawRequest(t, ctx, addr, kmsg.NewPtrMetadataRequest()).(*kmsg.MetadataResponse); len(md.Brokers) != 3 {
+				return false
+			}
+		}
+		return true
+	})
 	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, "killed"); err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +128,11 @@ func TestStandaloneISRKilledRecovers(t *testing.T) {
 		default:
 		}
 		// A leader elected after the restart (the records read first still
-		// name the leaders from before the kill).
-		return isrOnline(ctx, kadm.NewClient(probe), "killed", partitions, 1, epochsBefore)
+		// name the leaders from before the kill), with an ISR of
+		// min.insync.replicas: until a follower is back in it, the HW of a
+		// leader elected by unclean recovery does not move (KIP-966), so
+		// its log's tail is not yet readable.
+		return isrOnline(ctx, kadm.NewClient(probe), "killed", partitions, 2, epochsBefore)
 	})
 	online := time.Since(restarted)
 	read := checkReadBack(t, ctx, seeds[0], "killed", acked)

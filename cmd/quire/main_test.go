@@ -89,6 +89,10 @@ func startQuire(t *testing.T, args ...string) *quireProcess {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-p.exited
+		if t.Failed() {
+			// The process is gone, so its output is complete.
+			t.Logf("output of quire %s (its end):\n%s", strings.Join(args, " "), tail(out.String(), 16<<10))
+		}
 	})
 	return p
 }

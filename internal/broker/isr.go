@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -362,12 +364,27 @@ func (b *Broker) existsErr(ctx context.Context, name string) error {
 	return nil
 }
 
+// isrFlushConfigs are Kafka's flush policy configs, which only ISR-mode
+// topics have (a ledger's entries are fsynced by the bookies' journals):
+// each replica flushes its log after this many records, or when its oldest
+// unflushed record is this old. Kafka's default for both, Long.MAX_VALUE,
+// forces no flush.
+var isrFlushConfigs = map[string]string{
+	"flush.messages": "ISR mode: every replica flushes (fsyncs) its log once this many records are unflushed (fixed when the topic is created)",
+	"flush.ms":       "ISR mode: every replica flushes (fsyncs) its log once its oldest unflushed record is this old, in ms (fixed when the topic is created)",
+}
+
 // validateISRConfigs checks an ISR topic's configs: Kafka's replication
-// configs are its own here; compaction is not supported in ISR mode yet.
+// and flush configs are its own here; compaction is not supported in ISR
+// mode yet.
 func validateISRConfigs(cfgs map[string]string) error {
 	rest := map[string]string{}
 	for k, v := range cfgs {
 		switch k {
+		case "flush.messages", "flush.ms":
+			if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 1 {
+				return fmt.Errorf("%w: %s %q", kerr.InvalidConfig, k, v)
+			}
 		case "min.insync.replicas":
 			if n, err := strconv.Atoi(v); err != nil || n < 1 {
 				return fmt.Errorf("%w: min.insync.replicas %q", kerr.InvalidConfig, v)
@@ -402,6 +419,16 @@ func isrDescribeConfigs(rec catalog.Topic, pol catalog.Policies) []kafka.ConfigE
 		"unclean.leader.election.enable": "ISR mode: elect an out-of-sync replica when no in-sync one is left (fixed when the topic is created)",
 	}
 	out := describeConfigs(rec.Configs, pol)
+	for _, k := range slices.Sorted(maps.Keys(isrFlushConfigs)) {
+		e := kafka.ConfigEntry{Name: k, Type: kmsg.ConfigTypeLong, Doc: ptr(isrFlushConfigs[k])}
+		if v, ok := rec.Configs[k]; ok {
+			e.Value, e.Source = ptr(v), kmsg.ConfigSourceDynamicTopicConfig
+		} else {
+			e.Value, e.Default, e.Source = ptr(strconv.FormatInt(math.MaxInt64, 10)), true, kmsg.ConfigSourceDefaultConfig
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b kafka.ConfigEntry) int { return cmp.Compare(a.Name, b.Name) })
 	for i := range out {
 		e := &out[i]
 		def, ok := defaults[e.Name]
@@ -418,12 +445,12 @@ func isrDescribeConfigs(rec catalog.Topic, pol catalog.Policies) []kafka.ConfigE
 }
 
 // isrAlterValidator checks an ISR topic's configs after an
-// AlterConfigs: min.insync.replicas and unclean.leader.election.enable
-// are in its partition records since its creation and cannot change
-// (yet); the rest as at creation.
+// AlterConfigs: min.insync.replicas, unclean.leader.election.enable and
+// the flush policy are in its partition records since its creation and
+// cannot change (yet); the rest as at creation.
 func isrAlterValidator(rec catalog.Topic) func(map[string]string) error {
 	return func(cfgs map[string]string) error {
-		for _, k := range []string{"min.insync.replicas", "unclean.leader.election.enable"} {
+		for _, k := range []string{"min.insync.replicas", "unclean.leader.election.enable", "flush.messages", "flush.ms"} {
 			old, had := rec.Configs[k]
 			v, has := cfgs[k]
 			if had != has || old != v {
@@ -486,7 +513,8 @@ func (b *Broker) deleteISRTopic(ctx context.Context, rec catalog.Topic) error {
 
 // isrPartitionConfig is what an ISR topic's partition records carry of
 // its settings: min.insync.replicas and unclean election from the topic's
-// configs, else the namespace's policy.
+// configs, else the namespace's policy; flush.messages and flush.ms from
+// the topic's configs (validateISRConfigs checked them), else none.
 func (b *Broker) isrPartitionConfig(ctx context.Context, rec catalog.Topic) (isr.PartitionConfig, error) {
 	pol, err := b.admin.GetPolicies(ctx, rec.Namespace)
 	if err != nil {
@@ -500,6 +528,12 @@ func (b *Broker) isrPartitionConfig(ctx context.Context, rec catalog.Topic) (isr
 	}
 	if v, ok := rec.Configs["unclean.leader.election.enable"]; ok {
 		*cfg.UncleanElection, _ = strconv.ParseBool(v)
+	}
+	if v, ok := rec.Configs["flush.messages"]; ok {
+		cfg.FlushMessages, _ = strconv.ParseInt(v, 10, 64)
+	}
+	if v, ok := rec.Configs["flush.ms"]; ok {
+		cfg.FlushMs, _ = strconv.ParseInt(v, 10, 64)
 	}
 	return cfg, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"quire/internal/catalog"
+	"quire/internal/kafka"
 	"quire/internal/testutil"
 )
 
@@ -345,5 +346,46 @@ func TestISRTopicDeleteAndRecreate(t *testing.T) {
 	recs := fs.Records()
 	if len(recs) != 1 || string(recs[0].Value) != "new" || recs[0].Offset != 0 {
 		t.Fatalf("the topic created again holds %d records (first %q at %d); want only \"new\" at 0", len(recs), recs[0].Value, recs[0].Offset)
+	}
+}
+
+// TestISRFlushConfigs: an ISR topic takes Kafka's flush.messages and
+// flush.ms (positive counts), lists them in DescribeConfigs (Kafka's
+// Long.MAX_VALUE default when not set) and keeps them fixed after
+// creation, as its partition records carry them.
+func TestISRFlushConfigs(t *testing.T) {
+	for _, tc := range []struct {
+		cfgs map[string]string
+		ok   bool
+	}{
+		{map[string]string{"flush.messages": "1"}, true},
+		{map[string]string{"flush.messages": "10000", "flush.ms": "1000"}, true},
+		{map[string]string{"flush.messages": "0"}, false},
+		{map[string]string{"flush.ms": "-1"}, false},
+		{map[string]string{"flush.messages": "often"}, false},
+	} {
+		if err := validateISRConfigs(tc.cfgs); (err == nil) != tc.ok || (err != nil && !errors.Is(err, kerr.InvalidConfig)) {
+			t.Errorf("validateISRConfigs(%v) = %v, want ok %v", tc.cfgs, err, tc.ok)
+		}
+	}
+	rec := catalog.Topic{Name: "t", Configs: map[string]string{"flush.messages": "1"}}
+	byName := map[string]kafka.ConfigEntry{}
+	for _, e := range isrDescribeConfigs(rec, catalog.Policies{}) {
+		byName[e.Name] = e
+	}
+	if e := byName["flush.messages"]; e.Value == nil || *e.Value != "1" || e.Default {
+		t.Errorf("flush.messages described as %+v", e)
+	}
+	if e := byName["flush.ms"]; e.Value == nil || *e.Value != "9223372036854775807" || !e.Default {
+		t.Errorf("flush.ms described as %+v", e)
+	}
+	alter := isrAlterValidator(rec)
+	if err := alter(map[string]string{"flush.messages": "1", "retention.ms": "1000"}); err != nil {
+		t.Errorf("altering another config refused: %v", err)
+	}
+	for _, changed := range []map[string]string{{"flush.messages": "2"}, {}, {"flush.messages": "1", "flush.ms": "10"}} {
+		if err := alter(changed); !errors.Is(err, kerr.InvalidConfig) {
+			t.Errorf("alter to %v: %v, want INVALID_CONFIG (fixed at creation)", changed, err)
+		}
 	}
 }

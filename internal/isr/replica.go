@@ -490,7 +490,7 @@ func (r *Replica) Tick(now time.Time) {
 			r.fetchInFlight = 0
 		}
 	}
-	if r.cfg.FlushInterval > 0 && r.log.FlushedOffset() < r.log.EndOffset() && r.now.Sub(r.lastFlush) >= r.cfg.FlushInterval {
+	if every := r.flushInterval(); every > 0 && r.log.FlushedOffset() < r.log.EndOffset() && r.now.Sub(r.lastFlush) >= every {
 		r.flush()
 	}
 	if r.now.Sub(r.lastHWCheckpoint) >= r.cfg.HighWatermarkCheckpointInterval {
@@ -520,9 +520,18 @@ func (r *Replica) flush() {
 
 // maybeFlushByCount applies flush.messages after an append.
 func (r *Replica) maybeFlushByCount() {
-	if r.cfg.FlushMessages > 0 && r.log.EndOffset()-r.log.FlushedOffset() >= r.cfg.FlushMessages {
+	if n := r.flushMessages(); n > 0 && r.log.EndOffset()-r.log.FlushedOffset() >= n {
 		r.flush()
 	}
+}
+
+// flushMessages and flushInterval are flush.messages and flush.ms: the
+// partition record's (the topic's configs), else the replica's configured
+// ones.
+func (r *Replica) flushMessages() int64 { return r.state.Config.FlushMessagesOr(r.cfg.FlushMessages) }
+
+func (r *Replica) flushInterval() time.Duration {
+	return r.state.Config.FlushIntervalOr(r.cfg.FlushInterval)
 }
 
 // truncateTo cuts the log (and the HW with it). Even a cut at or past the

@@ -360,6 +360,52 @@ func TestFlushPolicies(t *testing.T) {
 	}
 }
 
+// TestFlushPoliciesFromRecord: a topic's flush.messages and flush.ms come
+// with its partition record (PartitionConfig) and override the replica's
+// configured ones, on the leader and on a follower alike.
+func TestFlushPoliciesFromRecord(t *testing.T) {
+	withConfig := func(s PartitionState, c PartitionConfig) PartitionState { s.Config = c; return s }
+	everyRecord := PartitionConfig{FlushMessages: 1}
+	leader, ll := newTestReplica(1, ReplicaConfig{})
+	follower, fl := newTestReplica(2, ReplicaConfig{})
+	leader.ApplyState(withConfig(record(1, 0, 0, 1, 2), everyRecord), t0)
+	follower.ApplyState(withConfig(record(1, 0, 0, 1, 2), everyRecord), t0)
+	leader.Ready()
+	produce(leader, 1, AcksLeader, t0, "a", "b")
+	if ll.FlushedOffset() != 2 {
+		t.Fatalf("leader flushed %d of 2 records with the record's flush.messages=1", ll.FlushedOffset())
+	}
+	req := follower.Ready().Fetches[0]
+	leader.Fetch(req, t0)
+	follower.StepFetchResponse(leader.Ready().FetchResponses[0], t0)
+	if fl.EndOffset() != 2 || fl.FlushedOffset() != 2 {
+		t.Fatalf("follower LEO %d flushed %d with the record's flush.messages=1", fl.EndOffset(), fl.FlushedOffset())
+	}
+	// The record's flush.messages over a replica's own.
+	r, l := newTestReplica(1, ReplicaConfig{FlushMessages: 1})
+	r.ApplyState(withConfig(record(1, 0, 0, 1), PartitionConfig{FlushMessages: 3}), t0)
+	produce(r, 1, AcksLeader, t0, "a", "b")
+	if l.FlushedOffset() != 0 {
+		t.Fatalf("flushed %d before the record's flush.messages=3", l.FlushedOffset())
+	}
+	produce(r, 2, AcksLeader, t0, "c")
+	if l.FlushedOffset() != 3 {
+		t.Fatalf("flushed %d after 3 records, the record's flush.messages=3", l.FlushedOffset())
+	}
+	// flush.ms likewise.
+	r2, l2 := newTestReplica(1, ReplicaConfig{})
+	r2.ApplyState(withConfig(record(1, 0, 0, 1), PartitionConfig{FlushMs: 5000}), t0)
+	produce(r2, 1, AcksLeader, t0, "a")
+	r2.Tick(at(4 * time.Second))
+	if l2.FlushedOffset() != 0 {
+		t.Fatal("flushed before the record's flush.ms")
+	}
+	r2.Tick(at(5 * time.Second))
+	if l2.FlushedOffset() != 1 {
+		t.Fatal("not flushed at the record's flush.ms")
+	}
+}
+
 func TestHighWatermarkCheckpointOnRestart(t *testing.T) {
 	r, l := newTestReplica(1, ReplicaConfig{HighWatermarkCheckpointInterval: time.Second})
 	r.ApplyState(record(1, 0, 0, 1), t0)

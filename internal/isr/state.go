@@ -3,8 +3,10 @@ package isr
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Keys under which ISR mode keeps its agreement state in the metadata store.
@@ -71,6 +73,11 @@ type PartitionConfig struct {
 	// UncleanElection is unclean.leader.election.enable (nil: the
 	// default).
 	UncleanElection *bool `json:"uncleanElection,omitempty"`
+	// FlushMessages is flush.messages and FlushMs flush.ms (0: the
+	// replicas' defaults, which force no flush, as Kafka's): every replica
+	// of the partition, leader or follower, flushes its log by them.
+	FlushMessages int64 `json:"flushMessages,omitempty"`
+	FlushMs       int64 `json:"flushMs,omitempty"`
 }
 
 // MinISROr is the partition's min.insync.replicas, def when not set.
@@ -86,6 +93,22 @@ func (c PartitionConfig) MinISROr(def int) int {
 func (c PartitionConfig) UncleanElectionOr(def bool) bool {
 	if c.UncleanElection != nil {
 		return *c.UncleanElection
+	}
+	return def
+}
+
+// FlushMessagesOr is the partition's flush.messages, def when not set.
+func (c PartitionConfig) FlushMessagesOr(def int64) int64 {
+	if c.FlushMessages > 0 {
+		return c.FlushMessages
+	}
+	return def
+}
+
+// FlushIntervalOr is the partition's flush.ms, def when not set.
+func (c PartitionConfig) FlushIntervalOr(def time.Duration) time.Duration {
+	if c.FlushMs > 0 {
+		return time.Duration(min(c.FlushMs, int64(math.MaxInt64/time.Millisecond))) * time.Millisecond
 	}
 	return def
 }
@@ -129,7 +152,8 @@ func (s PartitionState) SameContent(o PartitionState) bool {
 
 func (c PartitionConfig) equal(o PartitionConfig) bool {
 	return c.MinISR == o.MinISR && (c.UncleanElection == nil) == (o.UncleanElection == nil) &&
-		(c.UncleanElection == nil || *c.UncleanElection == *o.UncleanElection)
+		(c.UncleanElection == nil || *c.UncleanElection == *o.UncleanElection) &&
+		c.FlushMessages == o.FlushMessages && c.FlushMs == o.FlushMs
 }
 
 // Validate checks what every record must satisfy.
@@ -139,6 +163,9 @@ func (s PartitionState) Validate() error {
 	}
 	if s.Config.MinISR < 0 {
 		return fmt.Errorf("partition %s: min.insync.replicas %d", s.Partition, s.Config.MinISR)
+	}
+	if s.Config.FlushMessages < 0 || s.Config.FlushMs < 0 {
+		return fmt.Errorf("partition %s: flush.messages %d flush.ms %d", s.Partition, s.Config.FlushMessages, s.Config.FlushMs)
 	}
 	seen := map[BrokerID]string{}
 	for _, r := range s.Replicas {

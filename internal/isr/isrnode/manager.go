@@ -269,10 +269,26 @@ func (m *Manager) register(ctx context.Context) (meta.Session, int64, error) {
 		return nil, 0, fmt.Errorf("isrnode: broker %d: session: %w", m.cfg.Broker, err)
 	}
 	reg := isr.Registration{ID: m.cfg.Broker, UncleanShutdown: m.unclean, LossEpoch: m.lossEpoch, LogEnds: m.logEnds()}
-	v, err := sess.CreateEphemeral(ctx, isr.BrokerKey(m.cfg.Broker), reg.Marshal())
-	if err != nil {
-		sess.Close()
-		return nil, 0, fmt.Errorf("isrnode: broker %d: register: %w", m.cfg.Broker, err)
+	key := isr.BrokerKey(m.cfg.Broker)
+	var v meta.Version
+	for {
+		v, err = sess.CreateEphemeral(ctx, key, reg.Marshal())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, meta.ErrExists) {
+			sess.Close()
+			return nil, 0, fmt.Errorf("isrnode: broker %d: register: %w", m.cfg.Broker, err)
+		}
+		// The registration of this broker's previous incarnation, killed
+		// and restarted within its session TTL: it goes when that session
+		// expires (the broker's own registration waits the same way, so
+		// no other live process holds this id).
+		m.log.Info("isr node: waiting for the registration of a previous session to expire", "broker", m.cfg.Broker)
+		if err := waitDeleted(ctx, m.cfg.Store, key); err != nil {
+			sess.Close()
+			return nil, 0, fmt.Errorf("isrnode: broker %d: register: wait for the previous registration to expire: %w", m.cfg.Broker, err)
+		}
 	}
 	if m.unclean {
 		// This registration is the one after the loss: later ones carry
@@ -283,6 +299,43 @@ func (m *Manager) register(ctx context.Context) (meta.Session, int64, error) {
 		}
 	}
 	return sess, int64(v), nil
+}
+
+// waitDeleted waits until key is not in the store (or ctx ends).
+func waitDeleted(ctx context.Context, store meta.Store, key string) error {
+	for {
+		kv, err := store.Get(ctx, key)
+		if errors.Is(err, meta.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		deleted := false
+		for resp := range store.Watch(wctx, key, int64(kv.Version)+1) {
+			if resp.Err != nil {
+				break
+			}
+			for _, ev := range resp.Events {
+				deleted = deleted || (ev.Key == key && ev.Type == meta.EventDelete)
+			}
+			if deleted {
+				break
+			}
+		}
+		cancel()
+		if deleted {
+			return nil
+		}
+		// The watch failed: read the key again, after a pause so that a
+		// store that keeps failing is not spun on.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // keepRegistered registers again when the session is lost (the broker was

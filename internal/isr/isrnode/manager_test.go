@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"quire/internal/isr"
 	"quire/internal/meta"
+	"quire/internal/testutil"
 )
 
 // noController refuses every ISR proposal (no partition is replicated in
@@ -76,5 +78,50 @@ func TestRegistrationReportsUncleanShutdown(t *testing.T) {
 	defer m.Close()
 	if reg := registration(); reg.UncleanShutdown || reg.LossEpoch != lost.Epoch || reg.Epoch <= lost.Epoch {
 		t.Fatalf("after a clean restart registered %+v, want the loss epoch %d", reg, lost.Epoch)
+	}
+}
+
+// TestRegisterWaitsForPreviousSession: a broker restarted (after a kill)
+// before its previous session expired finds its old registration still
+// there; Start waits for that session to end instead of failing, and then
+// registers under a newer broker epoch.
+func TestRegisterWaitsForPreviousSession(t *testing.T) {
+	ctx := context.Background()
+	srv := meta.NewMemServer(meta.MemConfig{})
+	previous := srv.NewClient()
+	sess, err := previous.NewSession(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := sess.CreateEphemeral(ctx, isr.BrokerKey(7), isr.Registration{ID: 7}.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	var m *Manager
+	go func() {
+		var err error
+		m, err = Start(Config{Broker: 7, Store: srv.NewClient(), Controller: noController{}, Dir: t.TempDir(), Logger: quiet(),
+			Resolve: func(isr.BrokerID) (string, error) { return "", errors.New("no brokers") }})
+		started <- err
+	}()
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned (%v) while the previous registration lives", err)
+	case <-time.After(100 * time.Millisecond): // a negative: it must still be waiting
+	}
+	sess.Close() // the previous incarnation's session ends
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testutil.WaitTimeout):
+		t.Fatal("Start still waiting after the previous session ended")
+	}
+	defer m.Close()
+	kv, err := previous.Get(ctx, isr.BrokerKey(7))
+	if err != nil || kv.Version <= old {
+		t.Fatalf("registration %+v (%v), want one newer than %d", kv, err, old)
 	}
 }
