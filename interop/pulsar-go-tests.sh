@@ -18,13 +18,25 @@
 #   PULSAR_GO_KEEP=1     keep the work directory (standalone data and log,
 #                        the go test -json output)
 #
-# The suite hard-codes its broker: pulsar://localhost:6650 and
-# http://localhost:8080, so those two ports must be free; the standalone's
-# other listeners (Kafka, etcd, bookies) go to free ports picked here. Its CI
-# (scripts/pulsar-test-service-start.sh in the module) creates the tenant
-# "private" and the namespace "private/auth" besides public/default; this
-# script creates them through Quire's admin REST API (the permissions that CI
-# grants are for the authentication tests, which are skipped).
+# The suite hard-codes its broker: pulsar://localhost:6650,
+# pulsar+ssl://localhost:6651 and http://localhost:8080, so those ports must
+# be free (it names https://localhost:8443 too, which is not served); the
+# standalone's
+# other listeners (Kafka, etcd, bookies) go to free ports picked here.
+#
+# Security as the suite's CI broker has it (integration-tests/conf/
+# standalone.conf and scripts/pulsar-test-service-start.sh in the module):
+# pulsar+ssl://localhost:6651 with the module's broker certificate and CA
+# (integration-tests/certs, valid for "localhost": the broker advertises
+# localhost, as Pulsar's standalone does), authentication by token (HS256 with
+# integration-tests/tokens/secret.key) and by TLS client certificate,
+# authorization on, super users localhost, superUser and admin, anonymous
+# clients the role "anonymous". Through Quire's admin REST API (as the admin
+# token's role) the script makes "anonymous" an admin of the tenant "public"
+# with produce and consume on public/default, creates the tenant "private" and
+# the namespace "private/auth", and grants produce and consume there to
+# "token-principal" (the role of integration-tests/tokens/token.txt): what
+# that CI script does with pulsar-admin.
 #
 # The standalone gets the two settings the suite's CI broker changes from
 # Pulsar's defaults (its standalone.conf): maxMessageSize=1048576
@@ -141,7 +153,7 @@ done
 
 # The standalone, on a fresh data directory.
 if [[ ${PULSAR_GO_EXTERNAL:-} != 1 ]]; then
-	for port in 6650 8080; do
+	for port in 6650 6651 8080; do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "pulsar-go-tests.sh: something already listens on 127.0.0.1:$port, which the suite needs" >&2
 			exit 2
@@ -161,6 +173,12 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))')
 	"$bin" standalone --data-dir "$work/data" \
 		--pulsar-addr 127.0.0.1:6650 --http-addr 127.0.0.1:8080 \
 		--pulsar-max-message-size 1048576 --pulsar-key-shared-consistent-hashing=false \
+		--pulsar-advertised-addr localhost:6650 --pulsar-tls-advertised-addr localhost:6651 \
+		--pulsar-tls-addr 127.0.0.1:6651 --pulsar-tls-cert "$copy/integration-tests/certs/broker-cert.pem" \
+		--pulsar-tls-key "$copy/integration-tests/certs/broker-key.pem" \
+		--pulsar-tls-client-ca "$copy/integration-tests/certs/cacert.pem" \
+		--pulsar-auth token,tls --pulsar-token-secret-key "file://$copy/integration-tests/tokens/secret.key" \
+		--pulsar-authorization --pulsar-super-user-roles localhost,superUser,admin --pulsar-anonymous-role anonymous \
 		--kafka-addr "127.0.0.1:$p1" --meta-client-addr "127.0.0.1:$p2" --meta-peer-addr "127.0.0.1:$p3" \
 		--bookie-addrs "127.0.0.1:$p4,127.0.0.1:$p5,127.0.0.1:$p6" >"$work/quire.log" 2>&1 &
 	quire_pid=$!
@@ -176,16 +194,22 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))')
 		exit 2
 	fi
 fi
-admin_put() {
+# admin METHOD PATH BODY: one admin REST call as the super user "admin".
+admin_token=$(cat "$copy/integration-tests/tokens/admin-token")
+admin() {
 	local code
-	code=$(curl -s -o "$work/put.out" -w '%{http_code}' -X PUT -H 'Content-Type: application/json' -d "$2" "http://127.0.0.1:8080/admin/v2/$1")
+	code=$(curl -s -o "$work/admin.out" -w '%{http_code}' -X "$1" -H 'Content-Type: application/json' \
+		-H "Authorization: Bearer $admin_token" -d "$3" "http://127.0.0.1:8080/admin/v2/$2")
 	case $code in
 	2*|409) ;;
-	*) echo "pulsar-go-tests.sh: PUT /admin/v2/$1: HTTP $code $(cat "$work/put.out")" >&2; exit 2 ;;
+	*) echo "pulsar-go-tests.sh: $1 /admin/v2/$2: HTTP $code $(cat "$work/admin.out")" >&2; exit 2 ;;
 	esac
 }
-admin_put tenants/private '{"adminRoles":[],"allowedClusters":["standalone"]}'
-admin_put namespaces/private/auth '{}'
+admin POST tenants/public '{"adminRoles":["anonymous"],"allowedClusters":["standalone"]}'
+admin POST namespaces/public/default/permissions/anonymous '["produce","consume"]'
+admin PUT tenants/private '{"adminRoles":[],"allowedClusters":["standalone"]}'
+admin PUT namespaces/private/auth '{}'
+admin POST namespaces/private/auth/permissions/token-principal '["produce","consume"]'
 
 args=(-p 1 -json -count=1 -timeout "$timeout")
 [[ -n $run_regex ]] && args+=(-run "$run_regex")

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -22,11 +23,16 @@ import (
 // subscriptions, skip, reset-cursor and expire-messages to the topics
 // command.
 func addPulsarTopicVerbs(o *adminOptions, topics *cobra.Command) {
-	var adminURL string
+	var adminURL, adminToken string
 	topics.PersistentFlags().StringVar(&adminURL, "admin-url", "http://127.0.0.1:8080", "a broker's HTTP address, for the Pulsar verbs (its admin REST API)")
+	topics.PersistentFlags().StringVar(&adminToken, "admin-token", "", "the Pulsar verbs' token (Authorization: Bearer) for a broker with --pulsar-auth token: the token, or file:///path of a file holding it")
 	const topicArg = " persistent://TENANT/NAMESPACE/TOPIC"
 	call := func(cmd *cobra.Command, method, topic, suffix string) error {
-		return pulsarAdminCall(cmd, o.timeout, adminURL, method, topic, suffix)
+		token, err := readAdminToken(adminToken)
+		if err != nil {
+			return err
+		}
+		return pulsarAdminCall(cmd, o.timeout, adminURL, token, method, topic, suffix)
 	}
 	get := func(use, short, suffix string) *cobra.Command {
 		return &cobra.Command{Use: use + topicArg, Short: short, Args: cobra.ExactArgs(1),
@@ -57,9 +63,24 @@ func addPulsarTopicVerbs(o *adminOptions, topics *cobra.Command) {
 	)
 }
 
-// pulsarAdminCall sends one request for a topic and prints the answer
-// (indented JSON), or returns the broker's reason.
-func pulsarAdminCall(cmd *cobra.Command, timeout time.Duration, adminURL, method, topic, suffix string) error {
+// readAdminToken reads --admin-token: "" (none), file:///path, or the
+// token itself.
+func readAdminToken(flag string) (string, error) {
+	path, ok := strings.CutPrefix(flag, "file://")
+	if !ok {
+		return flag, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// pulsarAdminCall sends one request for a topic, with token as its bearer
+// credentials when not empty, and prints the answer (indented JSON), or
+// returns the broker's reason.
+func pulsarAdminCall(cmd *cobra.Command, timeout time.Duration, adminURL, token, method, topic, suffix string) error {
 	local, ok := strings.CutPrefix(topic, "persistent://")
 	if !ok || strings.Count(local, "/") != 2 {
 		return fmt.Errorf("topic %q: want persistent://TENANT/NAMESPACE/TOPIC", topic)
@@ -70,6 +91,9 @@ func pulsarAdminCall(cmd *cobra.Command, timeout time.Duration, adminURL, method
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

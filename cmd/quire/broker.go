@@ -38,6 +38,7 @@ type brokerFlags struct {
 	kafkaTLS          tlsconf.Files
 	httpTLS           tlsconf.Files // the HTTP listener (/metrics, /healthz, the admin REST API)
 	kafkaSASL         saslFlags
+	pulsarSecurity    pulsarSecurityFlags // pulsar_security.go
 	pulsarAdvertised  string
 	zone              string
 	namespace         string
@@ -78,7 +79,6 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.Int64Var(&b.queuedBytes, "kafka-queued-max-request-bytes", kafka.DefaultMaxQueuedRequestBytes, "bytes of Kafka requests read and not yet answered, over all connections (queued.max.request.bytes); at the bound the broker stops reading until responses free room")
 	f.Int64Var(&b.connBytes, "kafka-connection-max-request-bytes", kafka.DefaultMaxConnRequestBytes, "the same bound per connection, so one client cannot take the whole budget")
 	f.DurationVar(&b.handoffAfter, "bundle-handoff-after", d.HandoffAfter, "hand bundles to a joining broker (their rendezvous choice) once it has been live this long; 0 keeps bundles where they are until their owner dies")
-	// Pulsar's listener gets TLS once its LOOKUP answers name a TLS URL.
 	f.StringVar(&b.kafkaTLS.Cert, "kafka-tls-cert", "", "PEM certificate: the Kafka listener speaks TLS, Kafka's SSL (reloaded when the file changes; quire certs makes test ones)")
 	f.StringVar(&b.kafkaTLS.Key, "kafka-tls-key", "", "PEM private key of --kafka-tls-cert")
 	f.StringVar(&b.kafkaTLS.ClientCA, "kafka-tls-client-ca", "", "PEM CA certificates: the Kafka listener requires client certificates signed by them (mutual TLS, ssl.client.auth=required)")
@@ -86,6 +86,7 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.httpTLS.Key, "http-tls-key", "", "PEM private key of --http-tls-cert")
 	f.StringVar(&b.httpTLS.ClientCA, "http-tls-client-ca", "", "PEM CA certificates: the HTTP listener requires client certificates signed by them (mutual TLS)")
 	b.kafkaSASL.register(f)
+	b.pulsarSecurity.register(f)
 	f.StringVar(&b.isr.Dir, "isr-data-dir", "", "ISR mode: the directory of this broker's partition replicas (empty: no ISR-mode topics served here)")
 }
 
@@ -119,20 +120,33 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		return nil, nil, err
 	}
 	ln = &kafka.Listener{Listener: ln, Security: security}
-	var pulsarLn net.Listener
+	pulsarSec, err := b.pulsarSecurity.security()
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	var pulsarLn, pulsarTLSLn net.Listener
+	closeListeners := func() {
+		for _, l := range []net.Listener{ln, pulsarLn, pulsarTLSLn} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
 	if b.pulsarAddr != "" {
 		if pulsarLn, err = listen("pulsar", b.pulsarAddr, tlsconf.Files{}); err != nil {
-			ln.Close()
+			closeListeners()
+			return nil, nil, err
+		}
+		if pulsarTLSLn, err = b.pulsarSecurity.listenTLS(); err != nil {
+			closeListeners()
 			return nil, nil, err
 		}
 	}
 	bookies := client.New(client.Config{Logger: log})
 	mutants, err := sim.ParseMutant(b.ledgerMutant)
 	if err != nil {
-		ln.Close()
-		if pulsarLn != nil {
-			pulsarLn.Close()
-		}
+		closeListeners()
 		return nil, nil, err
 	}
 	if b.ledgerMutant != "" {
@@ -145,14 +159,12 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
 		HandoffAfter: b.handoffAfter, KafkaMaxQueuedRequestBytes: b.queuedBytes, KafkaMaxConnRequestBytes: b.connBytes,
 		ProducerIDExpiration: b.producerExpiry, PulsarListener: pulsarLn, PulsarAdvertised: b.pulsarAdvertised,
+		PulsarTLSListener: pulsarTLSLn, PulsarTLSAdvertised: b.pulsarSecurity.tlsAdvertised, PulsarSecurity: pulsarSec,
 		Pulsar:     broker.PulsarOptions{MaxMessageSize: b.pulsarMaxMessage, KeySharedAutoSplitHalves: !b.pulsarKeyRing},
 		Registerer: cmp.Or(b.registerer, prometheus.DefaultRegisterer), Logger: log, ISR: b.isr,
 	})
 	if err != nil {
-		ln.Close()
-		if pulsarLn != nil {
-			pulsarLn.Close()
-		}
+		closeListeners()
 		bookies.Close()
 		return nil, nil, err
 	}

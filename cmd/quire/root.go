@@ -63,6 +63,7 @@ and the defaults shown in each command's --help.`,
 		newPlanCommand(),
 		newChaosCommand(),
 		newCertsCommand(),
+		newTokensCommand(),
 	)
 	return root
 }

@@ -112,6 +112,9 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		health.RegisterReporter(n.ID(), bookieReporter(n))
 	}
 
+	if ps := &o.broker.pulsarSecurity; ps.tlsAddr == "" && ps.tls.Enabled() {
+		ps.tlsAddr = pulsarStandaloneTLSAddr
+	}
 	br, closeBroker, err := o.startBrokers(ctx, store, log) // one, or --brokers in ISR mode
 	if err != nil {
 		return err

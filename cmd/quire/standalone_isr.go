@@ -95,6 +95,7 @@ func (o standaloneOptions) startBrokers(ctx context.Context, store meta.Store, l
 		f.kafkaAddr = net.JoinHostPort(host, strconv.Itoa(first+i))
 		if i > 0 {
 			f.pulsarAddr, f.kafkaAdvertised, f.pulsarAdvertised = "", "", ""
+			f.pulsarSecurity.tlsAddr = ""
 		}
 		// Each broker's metrics under its own label: the names are the same.
 		f.registerer = prometheus.WrapRegistererWith(prometheus.Labels{"broker": strconv.Itoa(int(id))}, prometheus.DefaultRegisterer)

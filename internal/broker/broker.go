@@ -42,8 +42,17 @@ type Config struct {
 	// listener's address). The broker closes the listener.
 	PulsarListener   net.Listener
 	PulsarAdvertised string
-	HTTPAddr         string
-	Zone             string
+	// PulsarTLSListener, when set beside PulsarListener, serves the Pulsar
+	// protocol over TLS too (pulsar+ssl://; the listener does the TLS);
+	// PulsarTLSAdvertised is the host:port in that URL (default: the
+	// listener's address). The broker closes the listener.
+	PulsarTLSListener   net.Listener
+	PulsarTLSAdvertised string
+	// PulsarSecurity is the authentication and authorization of Pulsar
+	// clients and of the admin REST API (pulsar_auth.go); zero: none.
+	PulsarSecurity PulsarSecurity
+	HTTPAddr       string
+	Zone           string
 	// Namespace holds Kafka topics (default public/default).
 	Namespace string
 	// AutoCreateTopics creates unknown topics on metadata and produce

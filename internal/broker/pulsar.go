@@ -16,8 +16,9 @@ package broker
 // when it is unowned and this broker is the choice), and a broker serves
 // only the topics of bundles it owns: others get ServiceNotReady and the
 // client looks up again. Each broker with a Pulsar listener writes its
-// service URL in an ephemeral key (pulsarBrokerKey) so that a LOOKUP
-// answered elsewhere can redirect to it.
+// service URL (and its pulsar+ssl:// URL when it has a TLS listener) in an
+// ephemeral key (pulsarBrokerKey) so that a LOOKUP answered elsewhere can
+// redirect to it. Authentication and authorization are in pulsar_auth.go.
 //
 // Partitioned topics: their partition count is a catalogue topic record
 // (like a Kafka topic's), marked with the config quire.protocol=pulsar;
@@ -56,7 +57,9 @@ import (
 
 const (
 	// pulsarBrokersPrefix holds one ephemeral key per broker with a Pulsar
-	// listener: its service URL (pulsar://host:port).
+	// listener: its service URL (pulsar://host:port), and on a second line
+	// its TLS one (pulsar+ssl://host:port) when it has one
+	// (joinServiceURLs).
 	pulsarBrokersPrefix = "/quire/pulsar/brokers/"
 	// pulsarProtocolConfig marks a catalogue topic record as a Pulsar
 	// partitioned topic (value "pulsar").
@@ -84,6 +87,7 @@ type pulsarBackend struct {
 	b      *Broker
 	server *pulsar.Server
 	url    string
+	tlsURL string // "" without a TLS listener
 
 	mu     sync.Mutex
 	topics map[string]*pulsarTopic // by topic name, loading or loaded
@@ -135,7 +139,24 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 	}
 	pb := &pulsarBackend{b: b, url: "pulsar://" + adv, topics: map[string]*pulsarTopic{},
 		memTopics: map[string]*pulsarMemTopic{}, rates: newRateSampler()}
-	srv, err := pulsar.New(pulsar.Config{Backend: pb, AdvertisedURL: pb.url, Logger: b.cfg.Logger,
+	tlsLn := b.cfg.PulsarTLSListener
+	if tlsLn != nil {
+		tlsAdv := cmp.Or(b.cfg.PulsarTLSAdvertised, tlsLn.Addr().String())
+		if _, _, err := net.SplitHostPort(tlsAdv); err != nil {
+			return fmt.Errorf("advertised Pulsar TLS address: %w", err)
+		}
+		pb.tlsURL = "pulsar+ssl://" + tlsAdv
+	}
+	sec := b.cfg.PulsarSecurity
+	if err := sec.validate(); err != nil {
+		return err
+	}
+	var authorizer pulsar.Authorizer
+	if sec.Authorization {
+		authorizer = &pulsarAuthorizer{b: b}
+	}
+	srv, err := pulsar.New(pulsar.Config{Backend: pb, AdvertisedURL: pb.url, AdvertisedTLSURL: pb.tlsURL, Logger: b.cfg.Logger,
+		Authenticator: sec.Authenticator, AnonymousRole: sec.AnonymousRole, Authorizer: authorizer,
 		MaxMessageSize:        min(cmp.Or(b.cfg.Pulsar.MaxMessageSize, pulsar.DefaultMaxMessageSize), maxPulsarMessageSize),
 		MaxUnackedPerConsumer: b.cfg.PulsarMaxUnackedPerConsumer, KeySharedAutoSplitHalves: b.cfg.Pulsar.KeySharedAutoSplitHalves,
 		// Unique across brokers and restarts: the session (lease) id never
@@ -145,10 +166,19 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 		return err
 	}
 	pb.server = srv
-	if _, err := b.session.CreateEphemeral(ctx, pulsarBrokerKey(b.ID()), []byte(pb.url)); err != nil {
+	if _, err := b.session.CreateEphemeral(ctx, pulsarBrokerKey(b.ID()), []byte(joinServiceURLs(pb.url, pb.tlsURL))); err != nil {
 		return fmt.Errorf("register the Pulsar service URL: %w", err)
 	}
 	b.pulsar.Store(pb)
+	if tlsLn != nil {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if err := srv.Serve(tlsLn); err != nil && !errors.Is(err, pulsar.ErrServerClosed) && b.ctx.Err() == nil {
+				b.log.Error("pulsar TLS listener stopped", "err", err)
+			}
+		}()
+	}
 	b.wg.Add(2)
 	go func() {
 		defer b.wg.Done()
@@ -160,8 +190,25 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 			b.log.Error("pulsar listener stopped", "err", err)
 		}
 	}()
-	b.log.Info("serving the Pulsar protocol", "url", pb.url)
+	b.log.Info("serving the Pulsar protocol", "url", pb.url, "tls_url", pb.tlsURL,
+		"authentication", sec.Authenticator != nil, "authorization", sec.Authorization)
 	return nil
+}
+
+// joinServiceURLs is the value of a broker's pulsarBrokerKey: its
+// pulsar:// URL, then its pulsar+ssl:// URL on a second line when it has
+// one (a broker of an older version wrote the first line only).
+func joinServiceURLs(url, tlsURL string) string {
+	if tlsURL == "" {
+		return url
+	}
+	return url + "\n" + tlsURL
+}
+
+// splitServiceURLs undoes joinServiceURLs.
+func splitServiceURLs(value string) (url, tlsURL string) {
+	url, tlsURL, _ = strings.Cut(value, "\n")
+	return url, tlsURL
 }
 
 // closePulsar stops the Pulsar front end and closes its topics (their
@@ -169,12 +216,17 @@ func (b *Broker) startPulsar(ctx context.Context) error {
 func (b *Broker) closePulsar() {
 	pb := b.pulsar.Load()
 	if pb == nil {
-		if ln := b.cfg.PulsarListener; ln != nil {
-			ln.Close()
+		for _, ln := range []net.Listener{b.cfg.PulsarListener, b.cfg.PulsarTLSListener} {
+			if ln != nil {
+				ln.Close()
+			}
 		}
 		return
 	}
 	pb.server.Close()
+	if ln := b.cfg.PulsarTLSListener; ln != nil {
+		ln.Close() // Close closed it if Serve had begun; not otherwise
+	}
 	pb.dropWhere(func(*pulsarTopic) bool { return true })
 	pb.dropMemTopicsWhere(func(*pulsarMemTopic) bool { return true })
 }
@@ -288,7 +340,8 @@ func (pb *pulsarBackend) Lookup(ctx context.Context, topic string) (pulsar.Looku
 		}
 		return pulsar.LookupResult{}, pulsarErr(err, pulsar.ErrMetadata)
 	}
-	return pulsar.LookupResult{OwnerURL: string(kv.Value)}, nil
+	url, tlsURL := splitServiceURLs(string(kv.Value))
+	return pulsar.LookupResult{OwnerURL: url, OwnerTLSURL: tlsURL}, nil
 }
 
 // owner asks ownership for the broker owning topic's bundle, assigning

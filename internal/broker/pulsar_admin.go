@@ -4,13 +4,15 @@ package broker
 // /admin/v2), served on the HTTP port beside /metrics.
 //
 // Served:
-//   - tenants: GET /admin/v2/tenants, GET/PUT/DELETE /admin/v2/tenants/{t};
+//   - tenants: GET /admin/v2/tenants, GET/PUT/POST/DELETE /admin/v2/tenants/{t};
 //   - namespaces: GET /admin/v2/namespaces/{t}, GET/PUT/DELETE
 //     /admin/v2/namespaces/{t}/{ns}, GET/POST .../persistence, .../retention,
 //     .../messageTTL, .../deduplication (DELETE resets the last three),
 //     POST/DELETE .../backlogQuota (?backlogQuotaType=destination_storage|
 //     message_age), GET .../backlogQuotaMap (and GET .../backlogQuota, the
-//     same map), GET .../bundles, PUT .../{bundle}/unload and PUT .../unload;
+//     same map), GET .../bundles, PUT .../{bundle}/unload and PUT .../unload,
+//     GET .../permissions, POST and DELETE .../permissions/{role} (PUT
+//     cannot be told from PUT .../{bundle}/unload);
 //   - topics (persistent:// only): GET /admin/v2/persistent/{t}/{ns} (every
 //     non-partitioned topic and partition), GET .../{ns}/partitioned,
 //     PUT/DELETE .../{topic}, PUT/GET/POST/DELETE .../{topic}/partitions,
@@ -29,7 +31,11 @@ package broker
 //   - schemas: GET /admin/v2/schemas/{t}/{ns}/{topic}/schema (and
 //     .../schema/{version}), DELETE .../schema (pulsar_schema.go).
 //
-// Errors answer as Pulsar's do: a JSON body {"reason": "..."} with 404 for
+// Authentication and authorization (when the broker has them) are in
+// pulsar_auth.go: each route names the access it needs.
+//
+// Errors answer as Pulsar's do: a JSON body {"reason": "..."} with 401 and
+// 403 for credentials missing and permissions lacking, 404 for
 // what does not exist, 409 for what exists already (or is not empty), 412
 // for a precondition (a bad name or policy, a subscription with consumers,
 // a Kafka topic), 503 when ownership is in flux.
@@ -136,9 +142,15 @@ type pulsarAdmin struct {
 func (b *Broker) PulsarAdmin() http.Handler {
 	a := &pulsarAdmin{b: b, client: &http.Client{Timeout: pulsarAdminForwardTimeout}}
 	mux := http.NewServeMux()
-	h := func(pattern string, f func(w http.ResponseWriter, r *http.Request) error) {
+	// h serves pattern with f for roles that have the access need
+	// (pulsar_auth.go).
+	h := func(pattern string, need access, f func(w http.ResponseWriter, r *http.Request) error) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			if err := f(w, r); err != nil {
+			r, err := a.authorizeAdmin(r, need)
+			if err == nil {
+				err = f(w, r)
+			}
+			if err != nil {
 				status := statusOf(err)
 				if status == http.StatusInternalServerError {
 					b.log.Warn("pulsar admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -149,59 +161,63 @@ func (b *Broker) PulsarAdmin() http.Handler {
 	}
 	const ns = "/admin/v2/namespaces/{tenant}/{ns}"
 	const topic = "/admin/v2/persistent/{tenant}/{ns}/{topic}"
-	h("GET /admin/v2/tenants", a.listTenants)
-	h("GET /admin/v2/tenants/{tenant}", a.getTenant)
-	h("PUT /admin/v2/tenants/{tenant}", a.createTenant)
-	h("DELETE /admin/v2/tenants/{tenant}", a.deleteTenant)
+	h("GET /admin/v2/tenants", accessSuperUser, a.listTenants)
+	h("GET /admin/v2/tenants/{tenant}", accessTenantAdmin, a.getTenant)
+	h("PUT /admin/v2/tenants/{tenant}", accessSuperUser, a.createTenant)
+	h("DELETE /admin/v2/tenants/{tenant}", accessSuperUser, a.deleteTenant)
+	h("POST /admin/v2/tenants/{tenant}", accessSuperUser, a.updateTenant)
 
-	h("GET /admin/v2/namespaces/{tenant}", a.listNamespaces)
-	h("GET "+ns, a.getPolicies)
-	h("PUT "+ns, a.createNamespace)
-	h("DELETE "+ns, a.deleteNamespace)
-	h("GET "+ns+"/persistence", a.getPersistence)
-	h("POST "+ns+"/persistence", a.setPersistence)
-	h("GET "+ns+"/retention", a.getRetention)
-	h("POST "+ns+"/retention", a.setRetention)
-	h("GET "+ns+"/backlogQuotaMap", a.getBacklogQuota)
-	h("GET "+ns+"/backlogQuota", a.getBacklogQuota)
-	h("POST "+ns+"/backlogQuota", a.setBacklogQuota)
-	h("DELETE "+ns+"/backlogQuota", a.removeBacklogQuota)
-	h("GET "+ns+"/messageTTL", a.getMessageTTL)
-	h("POST "+ns+"/messageTTL", a.setMessageTTL)
-	h("DELETE "+ns+"/messageTTL", a.removeMessageTTL)
-	h("GET "+ns+"/deduplication", a.getDeduplication)
-	h("POST "+ns+"/deduplication", a.setDeduplication)
-	h("DELETE "+ns+"/deduplication", a.removeDeduplication)
-	h("GET "+ns+"/bundles", a.getBundles)
-	h("PUT "+ns+"/unload", a.unloadNamespace)
-	h("PUT "+ns+"/{bundle}/unload", a.unloadBundle)
+	h("GET /admin/v2/namespaces/{tenant}", accessTenantAdmin, a.listNamespaces)
+	h("GET "+ns, accessTenantAdmin, a.getPolicies)
+	h("PUT "+ns, accessTenantAdmin, a.createNamespace)
+	h("DELETE "+ns, accessTenantAdmin, a.deleteNamespace)
+	h("GET "+ns+"/persistence", accessTenantAdmin, a.getPersistence)
+	h("POST "+ns+"/persistence", accessTenantAdmin, a.setPersistence)
+	h("GET "+ns+"/retention", accessTenantAdmin, a.getRetention)
+	h("POST "+ns+"/retention", accessTenantAdmin, a.setRetention)
+	h("GET "+ns+"/backlogQuotaMap", accessTenantAdmin, a.getBacklogQuota)
+	h("GET "+ns+"/backlogQuota", accessTenantAdmin, a.getBacklogQuota)
+	h("POST "+ns+"/backlogQuota", accessTenantAdmin, a.setBacklogQuota)
+	h("DELETE "+ns+"/backlogQuota", accessTenantAdmin, a.removeBacklogQuota)
+	h("GET "+ns+"/messageTTL", accessTenantAdmin, a.getMessageTTL)
+	h("POST "+ns+"/messageTTL", accessTenantAdmin, a.setMessageTTL)
+	h("DELETE "+ns+"/messageTTL", accessTenantAdmin, a.removeMessageTTL)
+	h("GET "+ns+"/deduplication", accessTenantAdmin, a.getDeduplication)
+	h("POST "+ns+"/deduplication", accessTenantAdmin, a.setDeduplication)
+	h("DELETE "+ns+"/deduplication", accessTenantAdmin, a.removeDeduplication)
+	h("GET "+ns+"/bundles", accessTenantAdmin, a.getBundles)
+	h("PUT "+ns+"/unload", accessTenantAdmin, a.unloadNamespace)
+	h("PUT "+ns+"/{bundle}/unload", accessTenantAdmin, a.unloadBundle)
+	h("GET "+ns+"/permissions", accessTenantAdmin, a.getPermissions)
+	h("POST "+ns+"/permissions/{role}", accessTenantAdmin, a.grantPermission)
+	h("DELETE "+ns+"/permissions/{role}", accessTenantAdmin, a.revokePermission)
 
-	h("GET /admin/v2/persistent/{tenant}/{ns}", a.listTopics)
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/topics", a.listTopics) // the HTTP lookup's GetTopicsOfNamespace
-	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}", a.lookup)
-	h("GET /admin/v2/persistent/{tenant}/{ns}/partitioned", a.listPartitioned)
-	h("PUT "+topic, a.createTopic)
-	h("DELETE "+topic, a.deleteTopic)
-	h("PUT "+topic+"/partitions", a.createPartitioned)
-	h("GET "+topic+"/partitions", a.getPartitions)
-	h("POST "+topic+"/partitions", a.updatePartitions)
-	h("DELETE "+topic+"/partitions", a.deletePartitioned)
-	h("GET "+topic+"/stats", a.stats)
-	h("GET "+topic+"/internalStats", a.internalStats)
-	h("GET "+topic+"/partitioned-stats", a.partitionedStats)
-	h("GET "+topic+"/subscriptions", a.listSubscriptions)
-	h("PUT "+topic+"/subscription/{sub}", a.createSubscription)
-	h("DELETE "+topic+"/subscription/{sub}", a.deleteSubscription)
-	h("POST "+topic+"/subscription/{sub}/skip/{n}", a.skip)
-	h("POST "+topic+"/subscription/{sub}/resetcursor/{timestamp}", a.resetByTime)
-	h("POST "+topic+"/subscription/{sub}/resetcursor", a.resetByID)
-	h("POST "+topic+"/subscription/{sub}/expireMessages/{seconds}", a.expire)
-	h("GET "+topic+"/ledger/{ledger}/entry/{entry}", a.getMessageByID)
-	h("PUT "+topic+"/unload", a.unloadTopic)
-	h("POST "+topic+"/terminate", a.terminate)
-	h("DELETE /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", a.deleteSchema)
-	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", a.getSchema)
-	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema/{version}", a.getSchema)
+	h("GET /admin/v2/persistent/{tenant}/{ns}", accessLookup, a.listTopics)
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/topics", accessLookup, a.listTopics) // the HTTP lookup's GetTopicsOfNamespace
+	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}", accessLookup, a.lookup)
+	h("GET /admin/v2/persistent/{tenant}/{ns}/partitioned", accessLookup, a.listPartitioned)
+	h("PUT "+topic, accessTenantAdmin, a.createTopic)
+	h("DELETE "+topic, accessTenantAdmin, a.deleteTopic)
+	h("PUT "+topic+"/partitions", accessTenantAdmin, a.createPartitioned)
+	h("GET "+topic+"/partitions", accessLookup, a.getPartitions)
+	h("POST "+topic+"/partitions", accessTenantAdmin, a.updatePartitions)
+	h("DELETE "+topic+"/partitions", accessTenantAdmin, a.deletePartitioned)
+	h("GET "+topic+"/stats", accessLookup, a.stats)
+	h("GET "+topic+"/internalStats", accessLookup, a.internalStats)
+	h("GET "+topic+"/partitioned-stats", accessLookup, a.partitionedStats)
+	h("GET "+topic+"/subscriptions", accessConsume, a.listSubscriptions)
+	h("PUT "+topic+"/subscription/{sub}", accessConsume, a.createSubscription)
+	h("DELETE "+topic+"/subscription/{sub}", accessConsume, a.deleteSubscription)
+	h("POST "+topic+"/subscription/{sub}/skip/{n}", accessConsume, a.skip)
+	h("POST "+topic+"/subscription/{sub}/resetcursor/{timestamp}", accessConsume, a.resetByTime)
+	h("POST "+topic+"/subscription/{sub}/resetcursor", accessConsume, a.resetByID)
+	h("POST "+topic+"/subscription/{sub}/expireMessages/{seconds}", accessConsume, a.expire)
+	h("GET "+topic+"/ledger/{ledger}/entry/{entry}", accessConsume, a.getMessageByID)
+	h("PUT "+topic+"/unload", accessTenantAdmin, a.unloadTopic)
+	h("POST "+topic+"/terminate", accessTenantAdmin, a.terminate)
+	h("DELETE /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", accessTenantAdmin, a.deleteSchema)
+	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", accessLookup, a.getSchema)
+	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema/{version}", accessLookup, a.getSchema)
 	return mux
 }
 
@@ -281,6 +297,23 @@ func (a *pulsarAdmin) createTenant(w http.ResponseWriter, r *http.Request) error
 	return noContent(w)
 }
 
+// updateTenant replaces a tenant's admin roles (pulsar-admin tenants
+// update).
+func (a *pulsarAdmin) updateTenant(w http.ResponseWriter, r *http.Request) error {
+	var body tenantInfoJSON
+	if err := decodeBody(w, r, &body, true); err != nil {
+		return err
+	}
+	_, err := a.b.admin.UpdateTenant(r.Context(), r.PathValue("tenant"), func(info *catalog.TenantInfo) error {
+		info.AdminRoles = body.AdminRoles
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return noContent(w)
+}
+
 func (a *pulsarAdmin) deleteTenant(w http.ResponseWriter, r *http.Request) error {
 	if err := a.b.admin.DeleteTenant(r.Context(), r.PathValue("tenant")); err != nil {
 		return err
@@ -311,6 +344,9 @@ func (a *pulsarAdmin) forward(ctx context.Context, method string, owner ownershi
 	}
 	if len(body) > 0 {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if h, ok := ctx.Value(authorizationKey{}).(string); ok {
+		req.Header.Set("Authorization", h) // the client's credentials (pulsar_auth.go)
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
@@ -787,17 +823,17 @@ func (a *pulsarAdmin) lookup(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	brokerURL := a.b.PulsarURL()
+	brokerURL, brokerTLSURL := pb.url, pb.tlsURL
 	if owner.ID != a.b.ID() {
 		res, err := pb.Lookup(r.Context(), tp.name)
 		if err != nil {
 			return err
 		}
-		brokerURL = res.OwnerURL
+		brokerURL, brokerTLSURL = res.OwnerURL, res.OwnerTLSURL
 	}
 	httpURL := "http://" + owner.HTTPAddr
 	writeJSON(w, http.StatusOK, map[string]string{"brokerUrl": brokerURL, "nativeUrl": brokerURL, "httpUrl": httpURL,
-		"brokerUrlTls": "", "httpUrlTls": ""})
+		"brokerUrlTls": brokerTLSURL, "httpUrlTls": ""})
 	return nil
 }
 

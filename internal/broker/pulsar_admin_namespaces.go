@@ -119,6 +119,15 @@ type policiesJSON struct {
 	MessageTTLInSeconds  int64                       `json:"message_ttl_in_seconds"`
 	DeduplicationEnabled bool                        `json:"deduplicationEnabled"`
 	Bundles              bundlesJSON                 `json:"bundles"`
+	AuthPolicies         authPoliciesJSON            `json:"auth_policies"`
+}
+
+// authPoliciesJSON is Pulsar's AuthPolicies: the namespace's grants (topic
+// and subscription grants are not kept: always empty).
+type authPoliciesJSON struct {
+	NamespaceAuth         map[string][]catalog.AuthAction            `json:"namespace_auth"`
+	DestinationAuth       map[string]map[string][]catalog.AuthAction `json:"destination_auth"`
+	SubscriptionAuthRoles map[string][]string                        `json:"subscription_auth_roles"`
 }
 
 func toPersistenceJSON(p catalog.Persistence) persistenceJSON {
@@ -158,6 +167,8 @@ func (a *pulsarAdmin) getPolicies(w http.ResponseWriter, r *http.Request) error 
 		MessageTTLInSeconds:  p.MessageTTLSeconds,
 		DeduplicationEnabled: p.Deduplication,
 		Bundles:              toBundlesJSON(p.Bundles),
+		AuthPolicies: authPoliciesJSON{NamespaceAuth: nonNilMap(p.Permissions),
+			DestinationAuth: map[string]map[string][]catalog.AuthAction{}, SubscriptionAuthRoles: map[string][]string{}},
 	})
 	return nil
 }

@@ -457,9 +457,9 @@ func (s *partitionedStatsJSON) add(p topicStatsJSON) {
 	}
 }
 
-func nonNilMap(m map[string]string) map[string]string {
+func nonNilMap[V any](m map[string]V) map[string]V {
 	if m == nil {
-		return map[string]string{}
+		return map[string]V{}
 	}
 	return m
 }

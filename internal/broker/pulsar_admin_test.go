@@ -29,6 +29,8 @@ type restClient struct {
 	t    *testing.T
 	base string
 	http *http.Client
+	// token, when set, goes in "Authorization: Bearer" (pulsar_auth_test.go).
+	token string
 }
 
 func startAdmin(t *testing.T, b *Broker) restClient {
@@ -56,6 +58,9 @@ func (c restClient) call(method, path string, body any) (int, []byte) {
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -65,6 +65,9 @@ type Policies struct {
 	Bundles           BundlesPolicy `json:"bundles"`
 	// Replication chooses ledger or ISR mode for new topics (replication.go).
 	Replication Replication `json:"replication,omitzero"`
+	// Permissions are the actions each role may take in the namespace
+	// (Pulsar's auth_policies.namespace_auth; permissions.go).
+	Permissions map[string][]AuthAction `json:"permissions,omitempty"`
 }
 
 // DefaultPolicies: E=3 Qw=3 Qa=2, no retention of acknowledged data, no
@@ -122,6 +125,9 @@ func (p Policies) Validate() error {
 	}
 	if err := p.Replication.Validate(); err != nil {
 		return err
+	}
+	if err := validatePermissions(p.Permissions); err != nil {
+		return bad("permissions: %v", err)
 	}
 	if err := ValidateBoundaries(p.Bundles.Boundaries); err != nil {
 		return bad("bundles: %v", err)

@@ -75,6 +75,9 @@ type LookupResult struct {
 	// OwnerURL is the pulsar:// service URL of the broker that owns the
 	// topic; empty means this broker.
 	OwnerURL string
+	// OwnerTLSURL is the owner's pulsar+ssl:// URL, "" when it has no TLS
+	// listener (or is this broker).
+	OwnerTLSURL string
 }
 
 // Backend is what the front end serves topics from.

@@ -3,12 +3,14 @@ package pulsar
 // The connection, and CONNECT, PING/PONG, LOOKUP, PARTITIONED_METADATA.
 //
 // Deviations from Apache Pulsar:
-//   - No authentication or authorization: CONNECT's auth fields are
-//     ignored and every client is accepted; AUTH_CHALLENGE is never sent.
+//   - Authentication and authorization (auth.go) only when the Server has
+//     an Authenticator; otherwise CONNECT's auth fields are ignored and
+//     every client is accepted.
 //   - CONNECTED advertises no feature flags (no broker-entry metadata, no
 //     topic-list watchers) and protocol version min(client's, 20).
 //   - LOOKUP is always answered authoritatively, Connect or Redirect (never
-//     proxy_through_service_url); TLS URLs are not advertised.
+//     proxy_through_service_url); the TLS URL (brokerServiceUrlTls) is
+//     advertised when the broker has a TLS listener.
 //   - Commands not served here (schemas, transactions, topic listing, stats,
 //     topic watchers) are answered with ERROR NotAllowedError when they
 //     carry a request id, and ignored otherwise.
@@ -60,6 +62,23 @@ type conn struct {
 	// Reader-owned: the handshake state.
 	connected       bool
 	protocolVersion int32
+	// closing: the reader stopped after queueing a last answer
+	// (sendAndClose); the connection closes once the writer sent it.
+	closing bool
+
+	// Set by the reader at CONNECT (auth.go), before authExpiry is stored,
+	// and never changed after: role is who the client is ("" without
+	// authentication), authMethod the provider that said so ("" for the
+	// anonymous role), authRefresh whether the client answers
+	// AUTH_CHALLENGE.
+	role        string
+	authMethod  string
+	authRefresh bool
+	// authExpiry is when the credentials expire (unix nanoseconds, 0:
+	// never); challengeSent when the AUTH_CHALLENGE for them went out (0:
+	// none outstanding). The reader stores, the writer checks.
+	authExpiry    atomic.Int64
+	challengeSent atomic.Int64
 
 	// mu guards producers and consumers: the reader adds and removes them,
 	// a seek on another connection closes consumers here.
@@ -105,6 +124,16 @@ func (c *conn) serve() {
 		c.writeLoop()
 	}()
 	c.readLoop()
+	if c.closing {
+		// Let the writer send the last answer, within a bound: a client
+		// that reads nothing must not hold the connection.
+		linger := time.NewTimer(closeLinger)
+		select {
+		case <-writerDone:
+		case <-linger.C:
+		}
+		linger.Stop()
+	}
 	c.abort()
 	<-writerDone
 	c.cleanup()
@@ -142,7 +171,11 @@ func (c *conn) readLoop() {
 		}
 		c.lastReceived.Store(time.Now().UnixNano())
 		if err := c.handle(f); err != nil {
-			c.s.log.Warn("closing connection", "remote", c.remote, "err", err)
+			if errors.Is(err, errClosing) {
+				c.closing = true
+			} else {
+				c.s.log.Warn("closing connection", "remote", c.remote, "err", err)
+			}
 			return
 		}
 	}
@@ -167,6 +200,8 @@ func (c *conn) handle(f *Frame) (err error) {
 		return c.send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
 	case pb.BaseCommand_PONG:
 		return nil // lastReceived is all a PONG is for
+	case pb.BaseCommand_AUTH_RESPONSE:
+		return c.handleAuthResponse(cmd.GetAuthResponse())
 	case pb.BaseCommand_LOOKUP:
 		return c.handleLookup(cmd.GetLookupTopic())
 	case pb.BaseCommand_PARTITIONED_METADATA:
@@ -239,6 +274,26 @@ func (c *conn) send(cmd *pb.BaseCommand) error {
 	return c.sendFrame(AppendCommand(nil, cmd))
 }
 
+// errClosing ends the reader after sendAndClose.
+var errClosing = errors.New("closing after the last answer")
+
+// closeLinger bounds how long a closing connection waits for its writer to
+// send the last answer.
+const closeLinger = 5 * time.Second
+
+// sendAndClose queues a last command and a nil frame, on which the writer
+// flushes and stops; it returns errClosing, which stops the reader.
+func (c *conn) sendAndClose(cmd *pb.BaseCommand) error {
+	if err := c.send(cmd); err != nil {
+		return err
+	}
+	if err := c.sendFrame(nil); err != nil {
+		return err
+	}
+	return errClosing
+}
+
+// sendFrame queues a frame; nil is sendAndClose's end mark.
 func (c *conn) sendFrame(frame []byte) error {
 	select {
 	case c.out <- frame:
@@ -300,6 +355,10 @@ func (c *conn) writeLoop() {
 		case <-c.ctx.Done():
 			return
 		case frame := <-c.out:
+			if frame == nil { // sendAndClose's end mark
+				_ = bw.Flush()
+				return
+			}
 			if !write(frame) {
 				return
 			}
@@ -315,6 +374,10 @@ func (c *conn) writeLoop() {
 				}
 			}
 		case now := <-keepAlive.C:
+			if !c.checkAuthExpiry(now, write) {
+				c.abort()
+				return
+			}
 			if pingSent != 0 && c.lastReceived.Load() < pingSent {
 				c.s.log.Info("client did not answer a ping; closing connection", "remote", c.remote)
 				c.abort()
@@ -348,6 +411,9 @@ func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 	c.connected = true
 	c.protocolVersion = min(cmd.GetProtocolVersion(), maxProtocolVersion)
 	c.clientVersion = cmd.GetClientVersion()
+	if err := c.authenticate(cmd); err != nil {
+		return c.refuseConnect(err)
+	}
 	return c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
 		ServerVersion:   proto.String(ServerVersion),
 		ProtocolVersion: proto.Int32(c.protocolVersion),
@@ -360,7 +426,11 @@ func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 // URL when it owns the topic, Redirect to the owner's otherwise.
 func (c *conn) handleLookup(cmd *pb.CommandLookupTopic) error {
 	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(cmd.GetRequestId())}
-	res, err := c.s.backend.Lookup(c.ctx, CanonicalTopic(cmd.GetTopic()))
+	var res LookupResult
+	err := c.authorizeTopic(cmd.GetTopic(), ActionLookup)
+	if err == nil {
+		res, err = c.s.backend.Lookup(c.ctx, CanonicalTopic(cmd.GetTopic()))
+	}
 	switch {
 	case err != nil:
 		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
@@ -369,10 +439,16 @@ func (c *conn) handleLookup(cmd *pb.CommandLookupTopic) error {
 	case res.OwnerURL == "" || res.OwnerURL == c.s.URL():
 		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
 		resp.BrokerServiceUrl = proto.String(c.s.URL())
+		if tlsURL := c.s.TLSURL(); tlsURL != "" {
+			resp.BrokerServiceUrlTls = proto.String(tlsURL)
+		}
 		resp.Authoritative = proto.Bool(true)
 	default:
 		resp.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
 		resp.BrokerServiceUrl = proto.String(res.OwnerURL)
+		if res.OwnerTLSURL != "" {
+			resp.BrokerServiceUrlTls = proto.String(res.OwnerTLSURL)
+		}
 		resp.Authoritative = proto.Bool(true)
 	}
 	return c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
@@ -380,7 +456,11 @@ func (c *conn) handleLookup(cmd *pb.CommandLookupTopic) error {
 
 func (c *conn) handlePartitionedMetadata(cmd *pb.CommandPartitionedTopicMetadata) error {
 	resp := &pb.CommandPartitionedTopicMetadataResponse{RequestId: proto.Uint64(cmd.GetRequestId())}
-	n, err := c.s.backend.PartitionedMetadata(c.ctx, CanonicalTopic(cmd.GetTopic()))
+	var n int
+	err := c.authorizeTopic(cmd.GetTopic(), ActionLookup)
+	if err == nil {
+		n, err = c.s.backend.PartitionedMetadata(c.ctx, CanonicalTopic(cmd.GetTopic()))
+	}
 	if err != nil {
 		resp.Response = pb.CommandPartitionedTopicMetadataResponse_Failed.Enum()
 		resp.Error = c.errorCode(err, "partitioned metadata", "topic", cmd.GetTopic()).Enum()
@@ -398,6 +478,9 @@ func (c *conn) handlePartitionedMetadata(cmd *pb.CommandPartitionedTopicMetadata
 // (no topics hash).
 func (c *conn) handleTopicsOfNamespace(cmd *pb.CommandGetTopicsOfNamespace) error {
 	var topics []string
+	if err := c.authorize(cmd.GetNamespace(), ActionLookup); err != nil {
+		return c.sendError(cmd.GetRequestId(), err, "")
+	}
 	if cmd.GetMode() != pb.CommandGetTopicsOfNamespace_NON_PERSISTENT {
 		var err error
 		if topics, err = c.s.backend.TopicsOfNamespace(c.ctx, cmd.GetNamespace()); err != nil {

@@ -102,6 +102,9 @@ func (c *conn) handleSubscribe(cmd *pb.CommandSubscribe) error {
 	if cmd.GetSubscription() == "" {
 		return c.sendError(reqID, ErrNotAllowed, "empty subscription name")
 	}
+	if err := c.authorizeTopic(cmd.GetTopic(), ActionConsume); err != nil {
+		return c.sendError(reqID, err, "")
+	}
 	ts, err := c.s.topicState(c.ctx, CanonicalTopic(cmd.GetTopic()), cmd.GetForceTopicCreation())
 	if err != nil {
 		return c.sendError(reqID, err, "")

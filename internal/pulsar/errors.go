@@ -30,6 +30,10 @@ var (
 	// ErrProducerBlockedQuota: the topic's backlog is over its quota with
 	// the producer_exception policy; the client reconnects with backoff.
 	ErrProducerBlockedQuota = errors.New("pulsar: producer blocked: backlog quota exceeded")
+	// ErrAuthentication: CONNECT's credentials are refused (auth.go).
+	ErrAuthentication = errors.New("pulsar: authentication failed")
+	// ErrAuthorization: the client's role may not do what it asked.
+	ErrAuthorization = errors.New("pulsar: not authorized")
 )
 
 var serverErrors = []struct {
@@ -54,6 +58,8 @@ var serverErrors = []struct {
 	{ErrMetadata, pb.ServerError_MetadataError},
 	{ErrIncompatibleSchema, pb.ServerError_IncompatibleSchema},
 	{ErrProducerBlockedQuota, pb.ServerError_ProducerBlockedQuotaExceededException},
+	{ErrAuthentication, pb.ServerError_AuthenticationError},
+	{ErrAuthorization, pb.ServerError_AuthorizationError},
 	// A request that outlived its connection or deadline: the client
 	// retries after a fresh lookup.
 	{context.Canceled, pb.ServerError_ServiceNotReady},

@@ -190,6 +190,9 @@ func (c *conn) handleProducer(cmd *pb.CommandProducer) error {
 		// Pulsar does, with the producer it already has.
 		return c.sendProducerSuccess(reqID, existing)
 	}
+	if err := c.authorizeTopic(cmd.GetTopic(), ActionProduce); err != nil {
+		return c.sendError(reqID, err, "")
+	}
 	ts, err := c.s.topicState(c.ctx, CanonicalTopic(cmd.GetTopic()), true)
 	if err != nil {
 		return c.sendError(reqID, err, "")

@@ -152,6 +152,9 @@ func (c *conn) handleGetSchema(cmd *pb.CommandGetSchema) error {
 		resp.ErrorMessage = proto.String(err.Error())
 		return c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: resp})
 	}
+	if err := c.authorizeTopic(cmd.GetTopic(), ActionLookup); err != nil {
+		return fail(err)
+	}
 	store := c.s.schemaStore()
 	if store == nil {
 		return fail(errorf(ErrNotAllowed, "this broker keeps no schemas"))
@@ -179,7 +182,11 @@ func (c *conn) handleGetSchema(cmd *pb.CommandGetSchema) error {
 
 func (c *conn) handleGetOrCreateSchema(cmd *pb.CommandGetOrCreateSchema) error {
 	resp := &pb.CommandGetOrCreateSchemaResponse{RequestId: proto.Uint64(cmd.GetRequestId())}
-	v, err := c.s.registerSchema(c.ctx, CanonicalTopic(cmd.GetTopic()), schemaOf(cmd.GetSchema()))
+	var v int
+	err := c.authorizeTopic(cmd.GetTopic(), ActionLookup)
+	if err == nil {
+		v, err = c.s.registerSchema(c.ctx, CanonicalTopic(cmd.GetTopic()), schemaOf(cmd.GetSchema()))
+	}
 	if err != nil {
 		resp.ErrorCode = c.errorCode(err, "get or create schema", "topic", cmd.GetTopic()).Enum()
 		resp.ErrorMessage = proto.String(err.Error())

@@ -23,7 +23,8 @@
 // clients look it up again (watchTopic).
 //
 // Commands and their deviations from Apache Pulsar are listed in the header
-// of the file that serves them (connect.go, producer.go, consumer.go).
+// of the file that serves them (conn.go, producer.go, consumer.go);
+// authentication and authorization, when configured, are in auth.go.
 package pulsar
 
 import (
@@ -72,7 +73,21 @@ type Config struct {
 	// AdvertisedURL is this broker's service URL in LOOKUP answers
 	// (pulsar://host:port); empty: pulsar:// and the listener's address.
 	AdvertisedURL string
-	Logger        *slog.Logger // nil: slog.Default()
+	// AdvertisedTLSURL is this broker's pulsar+ssl:// URL in LOOKUP
+	// answers (brokerServiceUrlTls) when it serves a TLS listener too;
+	// empty: none is advertised.
+	AdvertisedTLSURL string
+	// Authenticator, when set, makes CONNECT authenticate clients (auth.go);
+	// nil: every client is accepted and may do everything.
+	Authenticator Authenticator
+	// AnonymousRole is the role of a client that brings no credentials a
+	// provider serves (Pulsar's anonymousUserRole); empty: such clients are
+	// refused. Only with an Authenticator.
+	AnonymousRole string
+	// Authorizer, when set, decides what each role may do; it needs an
+	// Authenticator. nil: an authenticated client may do everything.
+	Authorizer Authorizer
+	Logger     *slog.Logger // nil: slog.Default()
 	// MaxMessageSize bounds a message's (a batch's) payload; advertised in
 	// CONNECTED. An entry (its MessageMetadata and payload) and a frame may
 	// be up to 10 KiB larger (as in Pulsar: clients size chunks so that
@@ -127,6 +142,12 @@ type Server struct {
 
 	addr          string
 	advertisedURL atomic.Value // string
+	tlsURL        string       // Config.AdvertisedTLSURL
+
+	// authenticator, anonymousRole, authorizer: Config's (auth.go).
+	authenticator Authenticator
+	anonymousRole string
+	authorizer    Authorizer
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -153,6 +174,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Backend == nil {
 		return nil, errors.New("pulsar: Config.Backend is nil")
 	}
+	if cfg.Authenticator == nil && (cfg.Authorizer != nil || cfg.AnonymousRole != "") {
+		return nil, errors.New("pulsar: Config.Authorizer and AnonymousRole need an Authenticator")
+	}
 	s := &Server{
 		backend:         cfg.Backend,
 		log:             cfg.Logger,
@@ -162,6 +186,10 @@ func New(cfg Config) (*Server, error) {
 		maxPendingSends: cfg.MaxPendingSends,
 		keepAlive:       cfg.KeepAliveInterval,
 		addr:            cfg.Addr,
+		tlsURL:          cfg.AdvertisedTLSURL,
+		authenticator:   cfg.Authenticator,
+		anonymousRole:   cfg.AnonymousRole,
+		authorizer:      cfg.Authorizer,
 		listeners:       make(map[net.Listener]struct{}),
 		conns:           make(map[*conn]struct{}),
 		topics:          make(map[string]*topicState),
@@ -202,6 +230,9 @@ func New(cfg Config) (*Server, error) {
 
 // URL is the service URL this broker answers LOOKUPs with.
 func (s *Server) URL() string { return s.advertisedURL.Load().(string) }
+
+// TLSURL is the pulsar+ssl:// URL LOOKUP answers carry, "" when none.
+func (s *Server) TLSURL() string { return s.tlsURL }
 
 // ListenAndServe listens on Config.Addr and serves until Close.
 func (s *Server) ListenAndServe() error {

@@ -159,6 +159,33 @@ func MakeTestPKI(dir string, hosts []string, clientCN string, validFor time.Dura
 	return leaf("client", clientCN, x509.ExtKeyUsageClientAuth, nil)
 }
 
+// ExpiredTestClientCert signs, with the CA that MakeTestPKI wrote into dir,
+// a client certificate for cn that expired an hour ago: what negative tests
+// of mutual TLS present.
+func ExpiredTestClientCert(dir, cn string) (tls.Certificate, error) {
+	ca, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
 func serial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
 	if err != nil {

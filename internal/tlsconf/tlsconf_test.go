@@ -1,12 +1,8 @@
 package tlsconf
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"net"
 	"os"
 	"path/filepath"
@@ -200,29 +196,12 @@ func TestMutualTLSRefusals(t *testing.T) {
 	}
 }
 
-// expiredClient signs, with dir's test CA, a client certificate that
-// expired an hour ago.
+// expiredClient is tlsconf's expired client certificate for "alice".
 func expiredClient(t *testing.T, dir string) tls.Certificate {
 	t.Helper()
-	ca, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	c, err := ExpiredTestClientCert(dir, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, err := x509.ParseCertificate(ca.Certificate[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "alice"},
-		NotBefore: now.Add(-2 * time.Hour), NotAfter: now.Add(-time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return c
 }
