@@ -551,8 +551,8 @@ func printRun(out io.Writer, cfg Config, r RunResult) {
 	}
 	sort.Strings(parts)
 	fmt.Fprintf(out, "linearizable (porcupine, per partition): %s\n", strings.Join(parts, " "))
-	fmt.Fprintf(out, "consumer group %s: commits acknowledged=%d, committed offsets observed=%d, went back=%d\n",
-		chaosGroup, c.CommitsAcked, c.CommitsObserved, c.CommitsBackwards)
+	fmt.Fprintf(out, "consumer group %s: commits acknowledged=%d, committed offsets observed=%d, went back=%d; records consumed=%d, of them gone from the log later=%d\n",
+		chaosGroup, c.CommitsAcked, c.CommitsObserved, c.CommitsBackwards, c.Consumed, c.ConsumedVanished)
 	fmt.Fprintf(out, "unavailable: %v (seconds without any acknowledgement)", c.Unavailable)
 	var perKind []string
 	for _, k := range FaultKinds {

@@ -51,6 +51,15 @@ type Result struct {
 	// of that partition acknowledged before the answer was asked for.
 	// Never permitted.
 	CommitsBackwards int
+	// Consumed counts the records the group member polled during the run;
+	// ConsumedVanished those the final read does not hold at the offset
+	// they were polled at (absent, or another value there): a read of a
+	// record that later vanished. Never permitted: consumers read only
+	// committed records (below the high watermark in ISR mode, the last
+	// add-confirmed entry in ledger mode), which no loss the harness
+	// permits takes away (acks=1 loses only what was never replicated;
+	// unclean election, which could, is not run).
+	Consumed, ConsumedVanished int
 	// Permits: what the run's configuration allows; those anomalies are
 	// counted as always but do not make the result invalid.
 	Permits Permits
@@ -78,7 +87,7 @@ type Permits struct {
 // to check, which Linearizable says). Reordering, resurrection and
 // phantoms are never permitted.
 func (r Result) Valid() bool {
-	if r.Reordered+r.FailedPresent+r.Phantoms+r.CommitsBackwards > 0 {
+	if r.Reordered+r.FailedPresent+r.Phantoms+r.CommitsBackwards+r.ConsumedVanished > 0 {
 		return false
 	}
 	if !r.Permits.Loss && r.Lost+r.OffsetConflicts > 0 {
@@ -226,6 +235,22 @@ func Check(events []Event) Result {
 	r.Linearizable = checkLinearizable(ops, readAt, reads, readWindows)
 	r.Unavailable = unavailable(ops)
 	checkCommits(&r, events, note)
+	for _, e := range events {
+		if e.Kind != KindConsumed {
+			continue
+		}
+		r.Consumed++
+		if !readDone(readWindows, e.Partition) {
+			continue
+		}
+		if v, ok := logAt[position{e.Partition, e.Offset}]; !ok || v != e.Value {
+			r.ConsumedVanished++
+			if !ok {
+				v = "nothing"
+			}
+			note("read then vanished: %s consumed at partition %d offset %d, where the final read has %s", e.Value, e.Partition, e.Offset, v)
+		}
+	}
 	return r
 }
 

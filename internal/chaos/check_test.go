@@ -350,3 +350,55 @@ func TestCheckCommits(t *testing.T) {
 		t.Fatalf("a fetch concurrent with the commit: went back %d (%v)", r.CommitsBackwards, r.Examples)
 	}
 }
+
+// TestCheckConsumed: a record the group member consumed during the run must
+// be in the final read at the offset it was consumed at. One that is gone,
+// or replaced by another record there, is an anomaly even where loss of
+// acknowledged records is permitted; a partition whose read did not finish
+// is not judged.
+func TestCheckConsumed(t *testing.T) {
+	consumed := func(b *historyBuilder, p int32, o int64, v string) *historyBuilder {
+		return b.add(Event{Kind: KindConsumed, Partition: p, Offset: o, Value: v})
+	}
+	for _, tc := range []struct {
+		name     string
+		build    func(b *historyBuilder)
+		vanished int
+	}{
+		{"still there", func(b *historyBuilder) {
+			b.invoke(0, 1, "a", 0).ok("a", 0, 0).invoke(0, 2, "b", 0).ok("b", 0, 1)
+			consumed(b, 0, 0, "a")
+			consumed(b, 0, 1, "b")
+			consumed(b, 0, 0, "a") // consumed again after a rebalance
+			b.read(0, "a", "b")
+		}, 0},
+		{"gone", func(b *historyBuilder) {
+			b.invoke(0, 1, "a", 0).ok("a", 0, 0).invoke(0, 2, "b", 0).ok("b", 0, 1)
+			consumed(b, 0, 1, "b")
+			b.read(0, "a")
+		}, 1},
+		{"another record at its offset", func(b *historyBuilder) {
+			b.invoke(0, 1, "a", 0).ok("a", 0, 0).invoke(0, 2, "b", 0).outcome(KindInfo, "b", 0).invoke(1, 1, "c", 0).ok("c", 0, 1)
+			consumed(b, 0, 1, "b")
+			b.read(0, "a", "c")
+		}, 1},
+		{"read not finished", func(b *historyBuilder) {
+			b.invoke(0, 1, "a", 1).ok("a", 1, 0)
+			consumed(b, 1, 0, "a")
+			b.add(Event{Kind: KindReadStart, Partition: 1, Offset: 1})
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newHistoryBuilder()
+			tc.build(b)
+			r := Check(b.events)
+			if r.ConsumedVanished != tc.vanished {
+				t.Fatalf("vanished %d, want %d (%v)", r.ConsumedVanished, tc.vanished, r.Examples)
+			}
+			r.Permits = Permits{Loss: true, Duplicates: true, Why: "acks=1"}
+			if r.Valid() != (tc.vanished == 0) {
+				t.Fatalf("Valid() = %v with %d consumed records vanished, loss permitted", r.Valid(), r.ConsumedVanished)
+			}
+		})
+	}
+}

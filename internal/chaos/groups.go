@@ -1,7 +1,9 @@
 package chaos
 
 // The consumer-group workload: one member of group chaosGroup consumes the
-// topic and commits what it has polled every commitEvery; an observer asks
+// topic, records every record it polls (checked against the final read: a
+// record read during the run must still be there, at the same offset), and
+// commits what it has polled every commitEvery; an observer asks
 // the coordinator for the group's committed offsets every observeEvery,
 // and once more after the final read. The checker (checkCommits) holds the
 // observations to the acknowledged commits: once a commit of offset o on a
@@ -77,8 +79,11 @@ func (w *workload) runMember(ctx context.Context, stop <-chan struct{}) {
 	last := time.Now()
 	for ctx.Err() == nil {
 		pollCtx, pollCancel := context.WithTimeout(ctx, commitEvery)
-		cl.PollRecords(pollCtx, 10000)
+		fs := cl.PollRecords(pollCtx, 10000)
 		pollCancel()
+		fs.EachRecord(func(rec *kgo.Record) {
+			w.history.Add(Event{Kind: KindConsumed, Partition: rec.Partition, Offset: rec.Offset, Value: string(rec.Value)})
+		})
 		if time.Since(last) < commitEvery || ctx.Err() != nil {
 			continue
 		}

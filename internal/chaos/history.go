@@ -39,6 +39,9 @@ const (
 	// KindCommitted: an OffsetFetch, started at Time, answered Offset as
 	// the group's committed offset of Partition.
 	KindCommitted Kind = "committed"
+	// KindConsumed: the group member polled the record Value at Offset of
+	// Partition during the run.
+	KindConsumed Kind = "consumed"
 	// KindFaultStart and KindFaultEnd bracket a fault the nemesis injected.
 	KindFaultStart Kind = "fault-start"
 	KindFaultEnd   Kind = "fault-end"
