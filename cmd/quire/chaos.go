@@ -52,7 +52,8 @@ in ISR mode) filled, then freed (disk-full: with this kind each such data dir
 is a small file system, ext4 on a loop device or tmpfs), the other brokers
 paused for 2s and then a broker killed, so a leader dies while its followers
 lag (lag-kill, the seed's K3), one node cut off while another is killed
-(partition-kill). Idempotent acks=all Kafka producers (franz-go)
+(partition-kill), a node's packets dropped in one direction only, its own to
+everyone or everyone's to it (one-way). Idempotent acks=all Kafka producers (franz-go)
 write unique values to several partitions (--acks 1: leader-only
 acknowledgements, without idempotence, whose loss and duplicates are measured
 and reported, not failures); every operation and its outcome go to a history
@@ -60,7 +61,8 @@ file; a consumer group commits offsets meanwhile and an observer fetches
 them. After the run every fault is healed, every partition is read
 back from the start, and the history is checked: acknowledged records lost,
 records duplicated, per-producer order, offsets reused, each partition's
-linearizability (porcupine), and committed offsets that went back.
+linearizability (porcupine), committed offsets that went back, and records
+consumed during the run that the log no longer holds where they were read.
 
 Needs root and ip netns. Everything it creates (processes, namespaces named
 qchaos-<pid>-*, temporary directories and the mounts in them) is removed at
@@ -69,8 +71,8 @@ itself was killed.
 
 The last line is: chaos runs=N faults=F acked=A lost=L duplicated=D unavailable_s=U
 Not here: clock jumps (the wall clock is the whole machine's, and a time
-namespace only offsets the monotonic clocks of a process it starts), one-way
-partitions, unclean leader election and mutants in ISR mode.`,
+namespace only offsets the monotonic clocks of a process it starts), unclean
+leader election and mutants in ISR mode.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runChaos(cmd, o) },
 	}
@@ -79,7 +81,7 @@ partitions, unclean leader election and mutants in ISR mode.`,
 	f.DurationVar(&o.duration, "duration", 2*time.Minute, "how long the workload runs under faults, per run")
 	f.Int64Var(&o.seed, "seed", 0, "seed of the fault schedule (0: from the clock); run i uses seed+i")
 	f.IntVar(&o.runs, "runs", 1, "runs, each on a fresh cluster")
-	f.StringVar(&o.nemesis, "nemesis", "kill,pause,partition", "fault kinds: kill, pause, partition, split (a minority side with at most one etcd member), cut-meta (a node cut off from the etcd members only, both ways, 6-10s), power (every bookie and broker killed at once), disk-full (a bookie's small file system filled, then freed; a broker's in isr mode), lag-kill (the other brokers paused 2s, then the target killed: a leader dies with lagging followers, the seed's K3), partition-kill (one node cut off while another is killed, healed together)")
+	f.StringVar(&o.nemesis, "nemesis", "kill,pause,partition", "fault kinds: kill, pause, partition, split (a minority side with at most one etcd member), cut-meta (a node cut off from the etcd members only, both ways, 6-10s), power (every bookie and broker killed at once), disk-full (a bookie's small file system filled, then freed; a broker's in isr mode), lag-kill (the other brokers paused 2s, then the target killed: a leader dies with lagging followers, the seed's K3), partition-kill (one node cut off while another is killed, healed together), one-way (a node's packets to everyone dropped, or everyone's to it)")
 	f.StringSliceVar(&o.targets, "targets", nil, "roles the nemesis picks victims from: meta, bookie, broker (default: every role the mode runs)")
 	f.IntVar(&o.bookies, "bookies", 0, "bookies (4-6, zones a, b, c in turn; 0: 5 in ledger mode, none in isr mode)")
 	f.IntVar(&o.brokers, "brokers", 0, "brokers (2-3; 0: 2 in ledger mode, 3 in isr mode, which needs 3)")

@@ -388,6 +388,56 @@ func (c *cluster) joinMeta(ctx context.Context, n *node) error {
 	return firstErr
 }
 
+// oneWay drops n's packets to every other node and to the clients
+// (outbound), or theirs to n, with blackhole routes in the sending
+// namespaces; twoWay removes them.
+func (c *cluster) oneWay(ctx context.Context, n *node, outbound bool) error {
+	if outbound {
+		ips := []string{clientIP}
+		for _, o := range c.nodes {
+			if o != n {
+				ips = append(ips, o.ip)
+			}
+		}
+		return c.net.blackhole(ctx, n.name, ips)
+	}
+	if err := c.net.blackholeIn(ctx, c.net.switchNS, []string{n.ip}); err != nil {
+		return err
+	}
+	for _, o := range c.nodes {
+		if o == n {
+			continue
+		}
+		if err := c.net.blackhole(ctx, o.name, []string{n.ip}); err != nil {
+			c.twoWay(ctx, n, outbound)
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *cluster) twoWay(ctx context.Context, n *node, outbound bool) error {
+	if outbound {
+		ips := []string{clientIP}
+		for _, o := range c.nodes {
+			if o != n {
+				ips = append(ips, o.ip)
+			}
+		}
+		return c.net.unblackhole(ctx, n.name, ips)
+	}
+	firstErr := c.net.unblackholeIn(ctx, c.net.switchNS, []string{n.ip})
+	for _, o := range c.nodes {
+		if o == n {
+			continue
+		}
+		if err := c.net.unblackhole(ctx, o.name, []string{n.ip}); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
 // pause and resume send SIGSTOP and SIGCONT.
 func (c *cluster) pause(n *node) error  { return c.signal(n, syscall.SIGSTOP, true) }
 func (c *cluster) resume(n *node) error { return c.signal(n, syscall.SIGCONT, false) }

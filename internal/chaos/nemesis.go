@@ -68,10 +68,23 @@ const (
 	// broker while an etcd member dies makes its session ride on the two
 	// members left.
 	FaultPartitionKill FaultKind = "partition-kill"
+	// FaultOneWay drops one node's packets in one direction only: its
+	// packets to every other node and to the harness's clients (Target
+	// "node>all"), or everyone's packets to it ("all>node"), with
+	// blackhole routes in the sending namespaces; packets the other way
+	// still arrive. Over TCP the node still receives what was sent before
+	// the peer's window filled, but gets no acknowledgement through (or
+	// sends none): a node that hears the cluster and is not heard (its
+	// session expires while it keeps receiving watch events), or one that
+	// is heard and hears nothing.
+	FaultOneWay FaultKind = "one-way"
 )
 
+// oneWayAll names the rest of the cluster in a one-way fault's Target.
+const oneWayAll = "all"
+
 // FaultKinds are the kinds implemented, in the order --nemesis lists them.
-var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit, FaultCutMeta, FaultPower, FaultDiskFull, FaultLagKill, FaultPartitionKill}
+var FaultKinds = []FaultKind{FaultKill, FaultPause, FaultPartition, FaultSplit, FaultCutMeta, FaultPower, FaultDiskFull, FaultLagKill, FaultPartitionKill, FaultOneWay}
 
 // powerTarget is the Target of a FaultPower.
 const powerTarget = "bookies+brokers"
@@ -104,7 +117,11 @@ func ParseNemesis(list string) ([]FaultKind, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("--nemesis %q: want some of kill, pause, partition, split, cut-meta, power, disk-full, lag-kill", word)
+			names := make([]string, len(FaultKinds))
+			for i, k := range FaultKinds {
+				names[i] = string(k)
+			}
+			return nil, fmt.Errorf("--nemesis %q: want some of %s", word, strings.Join(names, ", "))
 		}
 	}
 	if len(kinds) == 0 {
@@ -187,6 +204,12 @@ func Schedule(seed int64, duration time.Duration, kinds []FaultKind, targets []s
 			}
 		case FaultPower:
 			f.Target = powerTarget
+		case FaultOneWay:
+			if rng.IntN(2) == 0 {
+				f.Target += ">" + oneWayAll // its packets are dropped
+			} else {
+				f.Target = oneWayAll + ">" + f.Target // packets to it are dropped
+			}
 		case FaultPartitionKill:
 			// A second node, other than the isolated one.
 			if len(targets) > 1 {
@@ -313,6 +336,21 @@ func (m *nemesis) inject(ctx context.Context, f Fault) (func(context.Context) er
 		victims := m.cluster.roles(RoleBookie, RoleBroker)
 		m.cluster.killAll(victims)
 		return func(context.Context) error { return m.cluster.restartAll(victims) }, nil
+	case FaultOneWay:
+		from, to, _ := strings.Cut(f.Target, ">")
+		outbound := to == oneWayAll
+		name := to
+		if outbound {
+			name = from
+		}
+		n := m.cluster.node(name)
+		if n == nil || (from != oneWayAll && to != oneWayAll) {
+			return nil, fmt.Errorf("one-way %q: want node>%s or %s>node", f.Target, oneWayAll, oneWayAll)
+		}
+		if err := m.cluster.oneWay(ctx, n, outbound); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return m.cluster.twoWay(ctx, n, outbound) }, nil
 	case FaultPartitionKill:
 		isolated, killed, ok := strings.Cut(f.Target, ">")
 		a, b := m.cluster.node(isolated), m.cluster.node(killed)

@@ -202,3 +202,27 @@ func TestSchedulePartitionKill(t *testing.T) {
 		t.Fatalf("killed nodes drawn: %v, want all of %v", killed, targets)
 	}
 }
+
+// TestScheduleOneWay: a one-way fault names a node and a direction, its
+// packets out ("node>all") or everyone's packets in ("all>node"), and over
+// a few schedules both directions are drawn.
+func TestScheduleOneWay(t *testing.T) {
+	targets := []string{"meta1", "meta2", "meta3", "bookie1", "broker1", "broker2"}
+	seen := map[string]bool{}
+	for seed := int64(1); seed <= 10; seed++ {
+		for _, f := range Schedule(seed, 3*time.Minute, []FaultKind{FaultOneWay}, targets) {
+			from, to, ok := strings.Cut(f.Target, ">")
+			switch {
+			case ok && to == oneWayAll && slices.Contains(targets, from):
+				seen["out"] = true
+			case ok && from == oneWayAll && slices.Contains(targets, to):
+				seen["in"] = true
+			default:
+				t.Fatalf("%v: want node>all or all>node", f)
+			}
+		}
+	}
+	if !seen["out"] || !seen["in"] {
+		t.Fatalf("directions drawn: %v, want both", seen)
+	}
+}

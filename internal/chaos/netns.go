@@ -126,19 +126,33 @@ func (n *network) join(ctx context.Context, nodes []string) error {
 // change invalidates their cached route). unblackhole removes them, and
 // is quiet about routes already gone.
 func (n *network) blackhole(ctx context.Context, node string, ips []string) error {
+	return n.blackholeIn(ctx, n.namespace(node), ips)
+}
+
+func (n *network) unblackhole(ctx context.Context, node string, ips []string) error {
+	return n.unblackholeIn(ctx, n.namespace(node), ips)
+}
+
+// clientIP is the harness's clients' address (br0's, in the switch
+// namespace).
+const clientIP = subnet + "1"
+
+// blackholeIn and unblackholeIn are blackhole and unblackhole in the
+// namespace ns (a node's, or the switch's, where the clients are).
+func (n *network) blackholeIn(ctx context.Context, ns string, ips []string) error {
 	for _, ip := range ips {
-		if err := ipCommand(ctx, "-n", n.namespace(node), "route", "add", "blackhole", ip+"/32"); err != nil {
-			n.unblackhole(ctx, node, ips)
+		if err := ipCommand(ctx, "-n", ns, "route", "add", "blackhole", ip+"/32"); err != nil {
+			n.unblackholeIn(ctx, ns, ips)
 			return err
 		}
 	}
 	return nil
 }
 
-func (n *network) unblackhole(ctx context.Context, node string, ips []string) error {
+func (n *network) unblackholeIn(ctx context.Context, ns string, ips []string) error {
 	var firstErr error
 	for _, ip := range ips {
-		err := ipCommand(ctx, "-n", n.namespace(node), "route", "del", "blackhole", ip+"/32")
+		err := ipCommand(ctx, "-n", ns, "route", "del", "blackhole", ip+"/32")
 		if err != nil && !strings.Contains(err.Error(), "No such process") && firstErr == nil {
 			firstErr = err
 		}
