@@ -289,9 +289,13 @@ func newAdminTopicsCommand(o *adminOptions) *cobra.Command {
 }
 
 // describeTopic prints a topic as kafka-topics --describe does; an ISR
-// topic's partitions from their records (isr.PartitionKey), a ledger-mode
-// topic's from nothing more than its record (its partitions' owner is its
-// bundle's: `quire admin namespaces bundles`).
+// topic's partitions from their records (isr.PartitionKey): leader ("none"
+// without one, as Kafka prints it), replicas, ISR, ELR and last known ELR
+// (KIP-966), leader epoch, under-replicated (ISR smaller than the
+// replicas) and the offline replicas (no live registration under
+// isr.BrokerPrefix); a ledger-mode topic's from nothing more than its
+// record (its partitions' owner is its bundle's: `quire admin namespaces
+// bundles`).
 func describeTopic(ctx context.Context, w io.Writer, store meta.Store, t catalog.Topic) error {
 	mode := t.Mode
 	if mode == "" {
@@ -310,6 +314,16 @@ func describeTopic(ctx context.Context, w io.Writer, store meta.Store, t catalog
 		}
 		return strings.Join(s, ",")
 	}
+	regs, _, err := meta.ListAll(ctx, store, isr.BrokerPrefix)
+	if err != nil {
+		return fmt.Errorf("broker registrations: %w", err)
+	}
+	live := map[isr.BrokerID]bool{}
+	for _, kv := range regs {
+		if id, err := strconv.Atoi(strings.TrimPrefix(kv.Key, isr.BrokerPrefix)); err == nil {
+			live[isr.BrokerID(id)] = true
+		}
+	}
 	for i := range t.Partitions {
 		name := t.Name + "-" + strconv.Itoa(int(i))
 		kv, err := store.Get(ctx, isr.PartitionKey(name))
@@ -324,12 +338,21 @@ func describeTopic(ctx context.Context, w io.Writer, store meta.Store, t catalog
 		if err != nil {
 			return fmt.Errorf("partition %s: %w", name, err)
 		}
-		var elr []isr.BrokerID
+		var elr, offline []isr.BrokerID
 		for _, m := range st.ELR {
 			elr = append(elr, m.ID)
 		}
-		fmt.Fprintf(w, "\tTopic: %s\tPartition: %d\tLeader: %d\tReplicas: %s\tIsr: %s\tElr: %s\tLeaderEpoch: %d\tUnderReplicated: %v\n",
-			t.Name, i, st.Leader, ids(st.Replicas), ids(st.ISRIDs()), ids(elr), st.LeaderEpoch, len(st.ISR) < len(st.Replicas))
+		for _, r := range st.Replicas {
+			if !live[r] {
+				offline = append(offline, r)
+			}
+		}
+		leader := "none"
+		if st.Leader != isr.NoLeader {
+			leader = strconv.Itoa(int(st.Leader))
+		}
+		fmt.Fprintf(w, "\tTopic: %s\tPartition: %d\tLeader: %s\tReplicas: %s\tIsr: %s\tElr: %s\tLastKnownElr: %s\tLeaderEpoch: %d\tUnderReplicated: %v\tOffline: %s\n",
+			t.Name, i, leader, ids(st.Replicas), ids(st.ISRIDs()), ids(elr), ids(st.LastKnownELR), st.LeaderEpoch, len(st.ISR) < len(st.Replicas), ids(offline))
 	}
 	return nil
 }

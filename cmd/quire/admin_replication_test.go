@@ -45,7 +45,7 @@ func TestAdminReplicationAndDescribe(t *testing.T) {
 	if _, err := cat.CreateTopic(ctx, "acme/orders", "old", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 2, nil, catalog.ModeISR, 3); err != nil {
+	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 3, nil, catalog.ModeISR, 3); err != nil {
 		t.Fatal(err)
 	}
 	st := isr.PartitionState{Partition: "new-0", Replicas: []isr.BrokerID{1, 2, 3}, Leader: 2, LeaderEpoch: 4,
@@ -53,14 +53,27 @@ func TestAdminReplicationAndDescribe(t *testing.T) {
 	if _, err := store.Create(ctx, isr.PartitionKey("new-0"), st.Marshal()); err != nil {
 		t.Fatal(err)
 	}
+	// Partition 1 lost its leader and every in-sync replica.
+	st1 := isr.PartitionState{Partition: "new-1", Replicas: []isr.BrokerID{2, 3, 1}, Leader: isr.NoLeader, LeaderEpoch: 7,
+		ELR: []isr.Member{{ID: 3, BrokerEpoch: 1}}, LastKnownELR: []isr.BrokerID{2}}
+	if _, err := store.Create(ctx, isr.PartitionKey("new-1"), st1.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	// Brokers 2 and 3 are registered (live); 1 is not.
+	for _, id := range []isr.BrokerID{2, 3} {
+		if _, err := store.Create(ctx, isr.BrokerKey(id), isr.Registration{ID: id}.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out = runAdmin(t, "topics", "acme/orders", m)
 	if !strings.Contains(out, "old    ledger") || !strings.Contains(out, "new    isr") {
 		t.Fatalf("topics:\n%s", out)
 	}
 	out = runAdmin(t, "topics", "describe", "acme/orders", "new", m)
-	for _, want := range []string{"PartitionCount: 2\tReplicationFactor: 3\tMode: isr",
-		"Partition: 0\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3\tElr: 1\tLeaderEpoch: 4\tUnderReplicated: true",
-		"Partition: 1\t(no record yet)"} {
+	for _, want := range []string{"PartitionCount: 3\tReplicationFactor: 3\tMode: isr",
+		"Topic: new\tPartition: 0\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3\tElr: 1\tLastKnownElr: \tLeaderEpoch: 4\tUnderReplicated: true\tOffline: 1",
+		"Topic: new\tPartition: 1\tLeader: none\tReplicas: 2,3,1\tIsr: \tElr: 3\tLastKnownElr: 2\tLeaderEpoch: 7\tUnderReplicated: true\tOffline: 1",
+		"Partition: 2\t(no record yet)"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("describe lacks %q:\n%s", want, out)
 		}

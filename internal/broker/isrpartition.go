@@ -18,13 +18,34 @@ import (
 // (isrnode's producer table). Deviations from Kafka: message.timestamp.type
 // is CreateTime only (LogAppendTime is -1); ListOffsets' max timestamp is
 // the last batch's below the HW, not the largest of the log; no
-// transactions.
+// transactions. Its leader epochs are checked as KIP-320 says
+// (kafka.EpochPartition).
 type isrPartition struct {
 	m    *isrnode.Manager
 	name string
 }
 
-var _ kafka.Partition = (*isrPartition)(nil)
+var _ kafka.EpochPartition = (*isrPartition)(nil)
+
+// LeaderEpoch implements kafka.EpochPartition: the leader epoch of the
+// replica here (Fetch and ListOffsets check a client's against it).
+func (p *isrPartition) LeaderEpoch() int32 {
+	st, err := p.m.Status(p.name)
+	if err != nil {
+		return isr.NoEpoch
+	}
+	return st.LeaderEpoch
+}
+
+// EndOffsetForEpoch implements kafka.EpochPartition from the leader's
+// epoch cache (OffsetForLeaderEpoch).
+func (p *isrPartition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, int64, int32, error) {
+	end, leaderEpoch, err := p.m.EndOffsetForEpoch(ctx, p.name, epoch)
+	if err != nil {
+		return -1, -1, isr.NoEpoch, isrnode.KafkaError(err)
+	}
+	return end.Epoch, end.EndOffset, leaderEpoch, nil
+}
 
 // Append implements kafka.Partition: the batch is handed to the leader's
 // core before it returns (so a connection's batches keep their order),

@@ -215,6 +215,9 @@ type partition struct {
 	// wantPreferred asks the next reconcile to move leadership to the
 	// preferred replica.
 	wantPreferred bool
+	// wantUnclean lets the next election of a partition without a leader
+	// take any live replica (Elect with ElectionUnclean).
+	wantUnclean bool
 	// deleting: the partition's topic was deleted; its record is deleted
 	// (by CAS, as soon as no other operation is in flight) and nothing else
 	// is written.
@@ -407,7 +410,7 @@ func (c *Controller) DeletePartition(name string, now time.Time) error {
 	if p == nil || !p.exists {
 		return fmt.Errorf("delete partition %s: %w", name, ErrUnknownPartition)
 	}
-	p.deleting, p.wantPreferred = true, false
+	p.deleting, p.wantPreferred, p.wantUnclean = true, false, false
 	for _, q := range p.queued {
 		c.answer(q, ErrUnknownPartition, p.state)
 	}
@@ -494,9 +497,41 @@ func (c *Controller) lostSince(id BrokerID, admitted int64) bool {
 	return b != nil && b.lastLoss > admitted
 }
 
+// ElectionKind is what an election asked for (Kafka's ElectLeaders
+// election_type) wants.
+type ElectionKind int8
+
+const (
+	// ElectionPreferred moves leadership to the preferred replica (the
+	// first of the assignment) if it is live and in the ISR.
+	ElectionPreferred ElectionKind = 0
+	// ElectionUnclean elects a leader for a partition that has none, out of
+	// sync if it must (as unclean.leader.election.enable would, once).
+	ElectionUnclean ElectionKind = 1
+)
+
 // ElectPreferred moves a partition's leadership to its preferred replica
-// (the first of the assignment) if that one is live and in the ISR.
+// (the first of the assignment) if that one is live and in the ISR; it is
+// Elect(ElectionPreferred) with nothing to do answered nil.
 func (c *Controller) ElectPreferred(name string, now time.Time) error {
+	if err := c.Elect(name, ElectionPreferred, now); err != nil && !errors.Is(err, ErrElectionNotNeeded) {
+		return err
+	}
+	return nil
+}
+
+// Elect is an election asked for by an operator (Kafka's ElectLeaders, as
+// its controller's electLeader answers it): ErrUnknownPartition for no
+// such partition; ErrElectionNotNeeded when the preferred replica already
+// leads (preferred) or the partition has a leader (unclean);
+// ErrPreferredLeaderNotAvailable when the preferred replica is not live
+// or not in the ISR; ErrEligibleLeadersNotAvailable when no replica is
+// live. Otherwise the election is the next reconcile's (a write, whose
+// record shows the new leader once committed): a preferred one moves
+// leadership, an unclean one runs the ordinary election (ISR, ELR, unclean
+// recovery) and then, whatever the partition's unclean.leader.election
+// setting, takes any live replica.
+func (c *Controller) Elect(name string, kind ElectionKind, now time.Time) error {
 	c.input(now)
 	if invariants.Enabled {
 		defer c.checkInvariants()
@@ -505,14 +540,30 @@ func (c *Controller) ElectPreferred(name string, now time.Time) error {
 		return ErrNotController
 	}
 	p := c.parts[name]
-	if p == nil || !p.exists {
-		return fmt.Errorf("elect preferred leader of %s: %w", name, ErrUnknownPartition)
+	if p == nil || !p.exists || p.deleting {
+		return fmt.Errorf("elect a leader of %s: %w", name, ErrUnknownPartition)
 	}
-	pref := p.state.Replicas[0]
-	if !c.alive(pref) || !p.state.InISR(pref) {
-		return fmt.Errorf("elect preferred leader %d of %s: %w", pref, name, ErrIneligibleReplica)
+	switch kind {
+	case ElectionPreferred:
+		pref := p.state.Replicas[0]
+		if p.state.Leader == pref {
+			return fmt.Errorf("elect preferred leader %d of %s: %w", pref, name, ErrElectionNotNeeded)
+		}
+		if !c.alive(pref) || !p.state.InISR(pref) {
+			return fmt.Errorf("elect preferred leader %d of %s: %w", pref, name, ErrPreferredLeaderNotAvailable)
+		}
+		p.wantPreferred = true
+	case ElectionUnclean:
+		if p.state.Leader != NoLeader {
+			return fmt.Errorf("elect a leader of %s (led by %d): %w", name, p.state.Leader, ErrElectionNotNeeded)
+		}
+		if !slices.ContainsFunc(p.state.Replicas, c.alive) {
+			return fmt.Errorf("elect a leader of %s: no replica of %v is live: %w", name, p.state.Replicas, ErrEligibleLeadersNotAvailable)
+		}
+		p.wantUnclean = true
+	default:
+		return fmt.Errorf("election type %d: %w", kind, ErrInvalidRequest)
 	}
-	p.wantPreferred = p.state.Leader != pref
 	c.reconcile(p)
 	return nil
 }

@@ -287,7 +287,7 @@ func TestPreferredLeaderAndAutoRebalance(t *testing.T) {
 	if s.Leader == 1 || s.InISR(1) {
 		t.Fatalf("rejoining moved leadership or skipped the ISR: %s", s)
 	}
-	if err := c.ElectPreferred("p", t0); !errors.Is(err, ErrIneligibleReplica) {
+	if err := c.ElectPreferred("p", t0); !errors.Is(err, ErrPreferredLeaderNotAvailable) {
 		t.Fatalf("preferred replica out of the ISR: %v", err)
 	}
 	// The leader (2) adds broker 1 back, under its new broker epoch.
@@ -419,5 +419,72 @@ func TestDeletePartition(t *testing.T) {
 	store.run(c, t0)
 	if s, _ = c.Partition("p"); len(s.ISR) != 2 || !s.InELR(1) {
 		t.Fatalf("after broker 1 left below the topic's min.insync.replicas 3: %s; want it in the ELR", s)
+	}
+}
+
+// TestElect: elections asked for (ElectLeaders) answer as Kafka's
+// controller does, and an unclean one elects an out-of-sync replica of a
+// partition left without a leader although unclean election is off.
+func TestElect(t *testing.T) {
+	c, store := newTestController(t, ControllerConfig{})
+	for _, tc := range []struct {
+		name string
+		kind ElectionKind
+		want error
+	}{
+		{"p", ElectionPreferred, ErrElectionNotNeeded},
+		{"p", ElectionUnclean, ErrElectionNotNeeded},
+		{"nope", ElectionPreferred, ErrUnknownPartition},
+		{"p", ElectionKind(7), ErrInvalidRequest},
+	} {
+		if err := c.Elect(tc.name, tc.kind, t0); !errors.Is(err, tc.want) {
+			t.Errorf("elect %s kind %d: %v, want %v", tc.name, tc.kind, err, tc.want)
+		}
+	}
+	if rd := store.run(c, t0); len(rd.Events) != 0 {
+		t.Fatalf("refused elections changed something: %v", rd.Events)
+	}
+	// The ISR shrinks to the leader, which then dies: no clean candidate.
+	s, _ := c.Partition("p")
+	if resp := alter(c, store, s, 1); resp.Err != nil {
+		t.Fatal(resp.Err)
+	}
+	c.SessionExpired(1, 1, t0)
+	store.run(c, t0)
+	if s, _ := c.Partition("p"); s.Leader != NoLeader {
+		t.Fatalf("elected out of sync with unclean election off: %s", s)
+	}
+	if err := c.Elect("p", ElectionPreferred, t0); !errors.Is(err, ErrPreferredLeaderNotAvailable) {
+		t.Fatalf("preferred replica dead: %v", err)
+	}
+	before, _ := c.Partition("p")
+	if err := c.Elect("p", ElectionUnclean, t0); err != nil {
+		t.Fatalf("unclean: %v", err)
+	}
+	rd := store.run(c, t0)
+	after, _ := c.Partition("p")
+	if after.Leader != 2 || !after.Unclean || after.LeaderEpoch != before.LeaderEpoch+1 ||
+		!slices.ContainsFunc(rd.Events, func(e Event) bool { return e.Kind == EventUncleanElection }) {
+		t.Fatalf("unclean election: %s, events %v", after, rd.Events)
+	}
+	// The flag was for that election only: with every replica gone and back
+	// out of sync, the partition stays leaderless until asked again.
+	c.SessionExpired(2, 2, t0)
+	c.SessionExpired(3, 3, t0)
+	store.run(c, t0)
+	if err := c.Elect("p", ElectionUnclean, t0); !errors.Is(err, ErrEligibleLeadersNotAvailable) {
+		t.Fatalf("no live replica: %v", err)
+	}
+	c.Register(Registration{ID: 3, Epoch: 13}, t0)
+	store.run(c, t0)
+	if s, _ := c.Partition("p"); s.Leader != NoLeader {
+		t.Fatalf("an earlier unclean election's flag elected %s", s)
+	}
+	if err := c.Elect("p", ElectionUnclean, t0); err != nil {
+		t.Fatal(err)
+	}
+	store.run(c, t0)
+	if s, _ := c.Partition("p"); s.Leader != 3 {
+		t.Fatalf("second unclean election: %s", s)
 	}
 }

@@ -120,7 +120,7 @@ func (c *Controller) reconcile(p *partition) {
 	switch {
 	case !leaderOK:
 		wasLeader, epoch := s.Leader, s.LeaderEpoch
-		events = c.elect(&s)
+		events = c.elect(&s, p.wantUnclean)
 		if s.Leader == NoLeader && wasLeader == NoLeader {
 			// Still nobody to elect: no leader change, no new epoch.
 			s.LeaderEpoch, events = epoch, nil
@@ -133,7 +133,7 @@ func (c *Controller) reconcile(p *partition) {
 			events = append(events, Event{Kind: EventRebalance, Partition: s.Partition, Broker: pref, Epoch: s.LeaderEpoch})
 		}
 	}
-	p.wantPreferred = false
+	p.wantPreferred, p.wantUnclean = false, false
 	if s.Leader != NoLeader {
 		// A leader holds every committed record: nobody else is needed to
 		// recover them.
@@ -213,8 +213,10 @@ func (c *Controller) recoveryCandidate(s PartitionState) (BrokerID, string) {
 		strategy, s.LastKnownELR, bestEnd.LastEpoch, bestEnd.EndOffset)
 }
 
-// elect chooses a leader for s in place and returns what to report.
-func (c *Controller) elect(s *PartitionState) []Event {
+// elect chooses a leader for s in place and returns what to report;
+// forceUnclean allows an unclean election whatever the partition's
+// setting (an operator's ElectLeaders).
+func (c *Controller) elect(s *PartitionState, forceUnclean bool) []Event {
 	s.LeaderEpoch++
 	s.Leader, s.LeaderBrokerEpoch = NoLeader, 0
 	pick := func(ok func(BrokerID) bool) BrokerID {
@@ -246,7 +248,7 @@ func (c *Controller) elect(s *PartitionState) []Event {
 		id, recovery = c.recoveryCandidate(*s)
 		how = "recovery"
 	}
-	if id == NoLeader && s.Config.UncleanElectionOr(c.cfg.UncleanElection) {
+	if id == NoLeader && (forceUnclean || s.Config.UncleanElectionOr(c.cfg.UncleanElection)) {
 		id, how = pick(func(BrokerID) bool { return true }), "unclean"
 	}
 	if id == NoLeader {

@@ -66,6 +66,7 @@ func (r *Replica) StepFetchResponse(resp FetchResponse, now time.Time) {
 		// updateHighWatermark: it may go down, after a new leader whose HW
 		// lags the previous one's).
 		r.hw = max(0, min(resp.HighWatermark, r.log.EndOffset()))
+		r.leaderHW = resp.HighWatermark
 	case errors.Is(resp.Err, ErrOffsetOutOfRange) && resp.LogEndOffset >= 0 && resp.LogEndOffset < r.log.EndOffset():
 		// Ahead of the leader's log without an epoch to compare (only a
 		// fetch without LastFetchedEpoch gets here): cut to its end, as

@@ -142,6 +142,9 @@ type Replica struct {
 	fetchInFlight uint64 // id of the fetch sent and not answered; 0: none
 	fetchSentAt   time.Time
 	nextFetchAt   time.Time
+	// leaderHW is the HW the leader sent in its last answer of this
+	// follower's current leader epoch; -1 before one.
+	leaderHW int64
 
 	lastFlush        time.Time
 	lastHWCheckpoint time.Time
@@ -186,6 +189,7 @@ func NewReplica(cfg ReplicaConfig, now time.Time) *Replica {
 	r := &Replica{
 		cfg: cfg, log: cfg.Log, now: now, lastFlush: now, lastHWCheckpoint: now,
 		hw:           min(max(cfg.Log.HighWatermarkCheckpoint(), 0), cfg.Log.EndOffset()),
+		leaderHW:     -1,
 		followers:    map[BrokerID]*followerState{},
 		hwCheckEpoch: NoEpoch,
 	}
@@ -214,6 +218,20 @@ func (r *Replica) LeaderEpoch() int32 {
 		return NoEpoch
 	}
 	return r.state.LeaderEpoch
+}
+
+// LeaderHighWatermark is the leader's HW as this replica knows it: its
+// own as the leader; as a follower, what the leader sent in its last
+// answer in this leader epoch (-1 before one, and with no role). What a
+// follower lags by is this minus its LEO (DescribeLogDirs' offset lag).
+func (r *Replica) LeaderHighWatermark() int64 {
+	switch r.role {
+	case RoleLeader:
+		return r.hw
+	case RoleFollower:
+		return r.leaderHW
+	}
+	return -1
 }
 
 // PendingISR is the ISR proposal in flight, if any.
@@ -350,6 +368,7 @@ func (r *Replica) becomeFollower() {
 	r.role = RoleFollower
 	r.fetchInFlight = 0
 	r.nextFetchAt = r.now
+	r.leaderHW = -1
 	r.event(Event{Kind: EventBecameFollower, Broker: r.state.Leader, Epoch: r.state.LeaderEpoch})
 	if r.cfg.Mutants.TruncateToHighWatermark {
 		r.truncateTo(r.hw)

@@ -499,3 +499,32 @@ func TestLogOutOfSpace(t *testing.T) {
 		t.Fatalf("follower LEO %d once there is room, want 1", fl.EndOffset())
 	}
 }
+
+// TestLeaderHighWatermark: a follower knows the leader's HW from the last
+// answer in its leader epoch (its own HW is capped at its LEO), the leader
+// its own; nothing before the first answer.
+func TestLeaderHighWatermark(t *testing.T) {
+	f, _ := newTestReplica(2, ReplicaConfig{})
+	if hw := f.LeaderHighWatermark(); hw != -1 {
+		t.Fatalf("before any record: %d", hw)
+	}
+	f.ApplyState(record(1, 0, 0, 1, 2, 3), t0)
+	rd := f.Ready()
+	if len(rd.Fetches) != 1 || f.LeaderHighWatermark() != -1 {
+		t.Fatalf("follower: fetches %v, leader HW %d", rd.Fetches, f.LeaderHighWatermark())
+	}
+	f.StepFetchResponse(FetchResponse{ID: rd.Fetches[0].ID, Partition: "p", From: 1, LeaderEpoch: 0, HighWatermark: 5}, t0)
+	if f.LeaderHighWatermark() != 5 || f.HighWatermark() != 0 {
+		t.Fatalf("after an answer: leader HW %d, HW %d", f.LeaderHighWatermark(), f.HighWatermark())
+	}
+	f.ApplyState(record(3, 1, 1, 2, 3), t0)
+	if f.LeaderHighWatermark() != -1 {
+		t.Fatalf("a new leader's HW is not known yet: %d", f.LeaderHighWatermark())
+	}
+	l, _ := newTestReplica(1, ReplicaConfig{})
+	l.ApplyState(record(1, 0, 0, 1), t0)
+	produce(l, 1, AcksLeader, t0, "a", "b")
+	if l.LeaderHighWatermark() != l.HighWatermark() || l.HighWatermark() != 2 {
+		t.Fatalf("leader: %d, HW %d", l.LeaderHighWatermark(), l.HighWatermark())
+	}
+}

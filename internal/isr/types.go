@@ -39,6 +39,10 @@ var (
 	ErrUnknownPartition             = errors.New("isr: UNKNOWN_TOPIC_OR_PARTITION")
 	ErrInvalidRequest               = errors.New("isr: INVALID_REQUEST")
 	ErrStaleBrokerEpoch             = errors.New("isr: STALE_BROKER_EPOCH")
+	// Elections asked for (Controller.Elect, Kafka's ElectLeaders).
+	ErrElectionNotNeeded           = errors.New("isr: ELECTION_NOT_NEEDED")
+	ErrPreferredLeaderNotAvailable = errors.New("isr: PREFERRED_LEADER_NOT_AVAILABLE")
+	ErrEligibleLeadersNotAvailable = errors.New("isr: ELIGIBLE_LEADERS_NOT_AVAILABLE")
 	// ErrKafkaStorageError: the leader's log could not store the append
 	// (out of space; see ErrLogWrite); retriable, the log is unchanged.
 	ErrKafkaStorageError = errors.New("isr: KAFKA_STORAGE_ERROR")

@@ -17,10 +17,14 @@ package kafka
 // a listener with an authorizer (Kafka advertises them always and answers
 // SECURITY_DISABLED without one).
 //
+// OffsetForLeaderEpoch, ElectLeaders and DescribeLogDirs are advertised
+// always: what a Backend without leader epochs, elections or log
+// directories answers is in their files (ledger mode).
+//
 // Not advertised (the connection closes if a client sends them anyway, as
 // Kafka does for an API it does not know): transactions (AddPartitionsToTxn,
 // EndTxn, …), quotas, delegation tokens, DeleteRecords,
-// OffsetForLeaderEpoch, the legacy AlterConfigs, the KIP-848 consumer group
+// the legacy AlterConfigs, the KIP-848 consumer group
 // and share group APIs, and everything broker-to-broker or KRaft.
 //
 // Deviations: an unsupported ApiVersions version is answered per KIP-511
@@ -75,6 +79,13 @@ var apis = []apiSpec{
 	{key: kmsg.IncrementalAlterConfigs, min: 0, max: 1, handler: handleIncrementalAlterConfigs},
 	{key: kmsg.OffsetDelete, min: 0, max: 0, group: true, handler: handleOffsetDelete},
 	{key: kmsg.DescribeCluster, min: 0, max: 2, handler: handleDescribeCluster},
+	// ISR mode's (offset_for_leader_epoch.go, elect_leaders.go,
+	// describe_log_dirs.go): v0–1 of OffsetForLeaderEpoch and v0 of
+	// DescribeLogDirs dropped as by Kafka 4.0 (KIP-896); DescribeLogDirs v5
+	// is KIP-1066's cordoned directories.
+	{key: kmsg.OffsetForLeaderEpoch, min: 2, max: 4, handler: handleOffsetForLeaderEpoch},
+	{key: kmsg.ElectLeaders, min: 0, max: 2, handler: handleElectLeaders},
+	{key: kmsg.DescribeLogDirs, min: 1, max: 4, handler: handleDescribeLogDirs},
 	// Transactions (transactions.go): v4+ of AddPartitionsToTxn and EndTxn
 	// are KIP-890's, not served.
 	{key: kmsg.AddPartitionsToTxn, min: 0, max: 3, txn: true, handler: handleAddPartitionsToTxn},

@@ -47,6 +47,10 @@ package kafka
 //	Describe/AlterUserScramCredentials  DESCRIBE / ALTER cluster
 //	                        (scram_credentials.go)
 //	Create/DeleteAcls, DescribeAcls     ALTER / DESCRIBE cluster (acls.go)
+//	OffsetForLeaderEpoch    CLUSTER_ACTION cluster, else DESCRIBE topic
+//	ElectLeaders            ALTER cluster
+//	DescribeLogDirs         DESCRIBE cluster (refused: no directories, and
+//	                        from v3 CLUSTER_AUTHORIZATION_FAILED)
 //	DescribeCluster, ApiVersions, SASL  nothing
 //
 // Deviations: topics addressed by an ID this broker does not know go to
@@ -101,6 +105,9 @@ func init() {
 		kmsg.DescribeTransactions:    authorizeDescribeTransactions,
 		kmsg.ListTransactions:        authorizeListTransactions,
 		kmsg.WriteTxnMarkers:         authorizeWriteTxnMarkers,
+		kmsg.OffsetForLeaderEpoch:    authorizeOffsetForLeaderEpoch,
+		kmsg.ElectLeaders:            authorizeElectLeaders,
+		kmsg.DescribeLogDirs:         authorizeDescribeLogDirs,
 	}
 }
 
@@ -607,5 +614,67 @@ func authorizeInitProducerID(s *Server, ctx context.Context, rq *request, h hand
 	}
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch, resp.ErrorCode = -1, -1, rq.note(code)
+	return answer(resp)
+}
+
+func authorizeOffsetForLeaderEpoch(s *Server, ctx context.Context, rq *request, h handler) finishFunc {
+	req := rq.kreq.(*kmsg.OffsetForLeaderEpochRequest)
+	if s.allowedCluster(rq, auth.OpClusterAction) {
+		return h(s, ctx, rq)
+	}
+	var kept []kmsg.OffsetForLeaderEpochRequestTopic
+	var denied []kmsg.OffsetForLeaderEpochResponseTopic
+	for _, t := range req.Topics {
+		if s.allowedTopic(rq, auth.OpDescribe, t.Topic) {
+			kept = append(kept, t)
+			continue
+		}
+		rt := kmsg.NewOffsetForLeaderEpochResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, rq.note(kerr.TopicAuthorizationFailed.Code)
+			rp.LeaderEpoch, rp.EndOffset = -1, -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		denied = append(denied, rt)
+	}
+	if len(denied) == 0 {
+		return h(s, ctx, rq)
+	}
+	authorized := *req
+	authorized.Topics = kept
+	return through(s, ctx, rq, h, &authorized, func(resp *kmsg.OffsetForLeaderEpochResponse) {
+		resp.Topics = append(resp.Topics, denied...)
+	})
+}
+
+func authorizeElectLeaders(s *Server, ctx context.Context, rq *request, h handler) finishFunc {
+	req := rq.kreq.(*kmsg.ElectLeadersRequest)
+	if s.allowedCluster(rq, auth.OpAlter) {
+		return h(s, ctx, rq)
+	}
+	code := rq.note(kerr.ClusterAuthorizationFailed.Code)
+	resp := req.ResponseKind().(*kmsg.ElectLeadersResponse)
+	resp.ErrorCode = code
+	for _, t := range req.Topics {
+		rt := kmsg.NewElectLeadersResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rt.Partitions = append(rt.Partitions, electionAnswer(p, code, errorMessage(code)))
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return answer(resp)
+}
+
+func authorizeDescribeLogDirs(s *Server, ctx context.Context, rq *request, h handler) finishFunc {
+	req := rq.kreq.(*kmsg.DescribeLogDirsRequest)
+	if s.allowedCluster(rq, auth.OpDescribe) {
+		return h(s, ctx, rq)
+	}
+	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
+	resp.Dirs = []kmsg.DescribeLogDirsResponseDir{}
+	resp.ErrorCode = rq.note(kerr.ClusterAuthorizationFailed.Code)
 	return answer(resp)
 }

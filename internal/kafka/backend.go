@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -135,6 +136,78 @@ type Partition interface {
 	// MaxTimestamp is ListOffsets' timestamp −3: the offset and timestamp
 	// of the record with the largest timestamp; (-1, -1) when empty.
 	MaxTimestamp(ctx context.Context) (offset, timestamp int64, err error)
+}
+
+// EpochPartition is a Partition whose log has leader epochs (ISR mode:
+// a leader and followers, Kafka's leader-epoch cache). Fetch and
+// ListOffsets check a request's current_leader_epoch against LeaderEpoch
+// (KIP-320: older FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, −1 not
+// checked) and OffsetForLeaderEpoch answers from EndOffsetForEpoch. A
+// Partition without it (ledger mode) has no epochs: nothing is checked.
+type EpochPartition interface {
+	Partition
+	// LeaderEpoch is the partition's leader epoch as its leader here knows it.
+	LeaderEpoch() int32
+	// EndOffsetForEpoch is the largest epoch ≤ epoch in the leader-epoch
+	// cache and the offset where it ends (the log end offset for the
+	// latest), with the leader epoch it was answered in; (−1, −1) when
+	// there is none (Kafka's UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET).
+	// kerr.NotLeaderForPartition when this broker no longer leads it.
+	EndOffsetForEpoch(ctx context.Context, epoch int32) (endEpoch int32, endOffset int64, leaderEpoch int32, err error)
+}
+
+// TopicPartitions names some partitions of one topic.
+type TopicPartitions struct {
+	Topic      string
+	Partitions []int32
+}
+
+// ElectionResult is one partition's answer to ElectLeaders: nil, or an
+// error whose *kerr.Error is the code (its text the message).
+type ElectionResult struct {
+	Topic     string
+	Partition int32
+	Err       error
+}
+
+// LeaderElector is implemented by a Backend whose partitions have leaders
+// that can be elected (ISR mode's controller; Kafka's ElectLeaders).
+type LeaderElector interface {
+	// ElectLeaders runs an election of electionType (0 preferred, 1
+	// unclean) for each partition of each existing topic named (the front
+	// end answers unknown topics and partitions itself) and answers each
+	// once its new leader shows, or at timeout (kerr.RequestTimedOut): nil,
+	// kerr.ElectionNotNeeded, kerr.PreferredLeaderNotAvailable,
+	// kerr.EligibleLeadersNotAvailable, kerr.UnknownTopicOrPartition, … in
+	// the order asked.
+	ElectLeaders(ctx context.Context, electionType int8, partitions []TopicPartitions, timeout time.Duration) []ElectionResult
+}
+
+// LogDir is one log directory of this broker (DescribeLogDirs).
+type LogDir struct {
+	Dir string
+	// Err is a *kerr.Error (KAFKA_STORAGE_ERROR: the directory is offline),
+	// or nil.
+	Err error
+	// TotalBytes and UsableBytes are the file system's size and what is
+	// free for it; −1 when unknown.
+	TotalBytes, UsableBytes int64
+	Replicas                []LogDirReplica
+}
+
+// LogDirReplica is one replica's log in a LogDir.
+type LogDirReplica struct {
+	Topic     string
+	Partition int32
+	Size      int64 // bytes
+	OffsetLag int64 // how far its end is behind the leader's HW; 0 when unknown
+}
+
+// LogDirDescriber is implemented by a Backend that keeps partition
+// replicas in log directories of its own (ISR mode). Without it a broker
+// has no log directories: DescribeLogDirs answers none.
+type LogDirDescriber interface {
+	LogDirs(ctx context.Context) ([]LogDir, error)
 }
 
 // GroupCoordinator serves the classic consumer-group protocol and committed

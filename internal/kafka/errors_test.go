@@ -317,7 +317,7 @@ func TestApiVersions(t *testing.T) {
 	if got[0] != [2]int16{3, 13} || got[1] != [2]int16{4, 18} || got[18] != [2]int16{0, 4} {
 		t.Fatalf("produce %v fetch %v api versions %v", got[0], got[1], got[18])
 	}
-	for _, key := range []int16{24, 25, 26, 17, 36, 21, 23, 33, 68} {
+	for _, key := range []int16{24, 25, 26, 17, 36, 21, 33, 68} {
 		if _, ok := got[key]; ok {
 			t.Errorf("advertises %s", kmsg.NameForKey(key))
 		}

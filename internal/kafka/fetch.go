@@ -20,9 +20,15 @@ package kafka
 // a read_committed fetch of it stops there and names the aborted
 // transactions it returns (null when none, where Kafka sends an empty
 // list); for other partitions last_stable_offset is the high watermark.
-// current_leader_epoch and
-// last_fetched_epoch are not checked (there is no epoch history to check
-// against; OffsetForLeaderEpoch is not advertised). Replica (follower)
+// current_leader_epoch (v9+) is checked for a partition with leader epochs
+// (EpochPartition, ISR mode) as KIP-320 says: older than the partition's
+// FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, −1 not checked; a
+// ledger-mode partition has no epochs (Metadata gives −1) and checks
+// nothing. Kafka checks the epoch before leadership, so a follower answers
+// a stale epoch FENCED_LEADER_EPOCH; here a broker that does not lead the
+// partition answers NOT_LEADER_OR_FOLLOWER first (both make a client
+// refresh its metadata). A consumer's last_fetched_epoch is not checked
+// (only followers send it; their fetches are the backend's). Replica (follower)
 // fetches are served like a consumer's, unless the backend implements
 // ReplicaFetchBackend: then it answers them whole (epochs, diverging epoch,
 // its own long-poll). preferred_read_replica is −1.
@@ -113,6 +119,9 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 				var err error
 				part, err = s.backend.Partition(ctx, name, p.Partition)
 				code = s.errorCode(err, "fetch: partition", "topic", name, "partition", p.Partition)
+				if code == 0 {
+					code = checkLeaderEpoch(part, p.CurrentLeaderEpoch)
+				}
 			}
 			if code != 0 {
 				rp.ErrorCode = rq.note(code)

@@ -177,6 +177,10 @@ func FuzzRequest(f *testing.F) {
 			return r
 		}(),
 		func() kmsg.Request { r := kmsg.NewPtrOffsetFetchRequest(); r.Version = 9; return r }(),
+		offsetForLeaderEpoch(4, "t", 0, 0, 0),
+		electLeaders(2, 0, map[string][]int32{"t": {0, 1}}),
+		electLeaders(2, 1, nil),
+		func() kmsg.Request { r := kmsg.NewPtrDescribeLogDirsRequest(); r.Version = 4; return r }(),
 	}
 	for i, req := range seeds {
 		frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("fuzz")).AppendRequest(nil, req, int32(i))

@@ -8,9 +8,16 @@ package kafka
 // (none: offset and timestamp −1), ≥ 0 the first offset whose batch max
 // timestamp is at least it (Partition.OffsetForTimestamp; −1 when none).
 //
+// current_leader_epoch (v4+) is checked for a partition with leader epochs
+// (EpochPartition, ISR mode) as in Fetch: older FENCED_LEADER_EPOCH, newer
+// UNKNOWN_LEADER_EPOCH, −1 not checked; ledger-mode partitions check
+// nothing (they have no epochs).
+//
 // Deviations: read_committed is read_uncommitted (no transactions, the
-// high watermark is the last stable offset); leader_epoch is always −1 and
-// current_leader_epoch is not checked (no epoch history).
+// high watermark is the last stable offset); leader_epoch is always −1
+// (Kafka gives the epoch of the offset found; a client then validates
+// nothing for it, and checks again after its next fetch, whose batches
+// carry their epochs).
 
 import (
 	"context"
@@ -29,7 +36,7 @@ func handleListOffsets(s *Server, _ context.Context, rq *request) finishFunc {
 			for _, p := range t.Partitions {
 				rp := kmsg.NewListOffsetsResponseTopicPartition()
 				rp.Partition = p.Partition
-				rp.Offset, rp.Timestamp, rp.LeaderEpoch = s.listOffset(ctx, rq, t.Topic, p.Partition, p.Timestamp, &rp.ErrorCode)
+				rp.Offset, rp.Timestamp, rp.LeaderEpoch = s.listOffset(ctx, rq, t.Topic, p.Partition, p.CurrentLeaderEpoch, p.Timestamp, &rp.ErrorCode)
 				rt.Partitions = append(rt.Partitions, rp)
 			}
 			resp.Topics = append(resp.Topics, rt)
@@ -38,7 +45,7 @@ func handleListOffsets(s *Server, _ context.Context, rq *request) finishFunc {
 	}
 }
 
-func (s *Server) listOffset(ctx context.Context, rq *request, topic string, partition int32, timestamp int64, errorCode *int16) (offset, ts int64, epoch int32) {
+func (s *Server) listOffset(ctx context.Context, rq *request, topic string, partition, currentLeaderEpoch int32, timestamp int64, errorCode *int16) (offset, ts int64, epoch int32) {
 	fail := func(err error) (int64, int64, int32) {
 		*errorCode = rq.note(s.errorCode(err, "list offsets", "topic", topic, "partition", partition))
 		return -1, -1, -1
@@ -46,6 +53,10 @@ func (s *Server) listOffset(ctx context.Context, rq *request, topic string, part
 	part, err := s.backend.Partition(ctx, topic, partition)
 	if err != nil {
 		return fail(err)
+	}
+	if code := checkLeaderEpoch(part, currentLeaderEpoch); code != 0 {
+		*errorCode = rq.note(code)
+		return -1, -1, -1
 	}
 	switch {
 	case timestamp == -2 || timestamp == -4:

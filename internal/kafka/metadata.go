@@ -16,8 +16,10 @@ package kafka
 //
 // Deviations: without an authorizer, topic (v8+) and cluster (v8–v10)
 // authorized operations are always −2147483648 ("not provided"), also when
-// asked for; offline replicas are always empty (ledger mode has no replica
-// that can be offline).
+// asked for. Leader epochs, replicas, ISR and offline replicas are the
+// Backend's: ISR mode's partition records; ledger mode gives epoch −1 (so
+// clients validate nothing with OffsetForLeaderEpoch), the owner as the
+// only replica and no offline one.
 
 import (
 	"context"

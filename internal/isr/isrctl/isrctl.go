@@ -454,6 +454,17 @@ func (s *Service) ElectPreferred(ctx context.Context, name string) error {
 	return err
 }
 
+// Elect runs an election asked for (Kafka's ElectLeaders; see
+// isr.Controller.Elect): it returns once the write is asked for, or the
+// core's refusal.
+func (s *Service) Elect(ctx context.Context, name string, kind isr.ElectionKind) error {
+	var err error
+	if cerr := s.call(ctx, func(t *term) { err = t.core.Elect(name, kind, time.Now()) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 // AlterPartition submits a leader's ISR proposal and waits for the answer.
 func (s *Service) AlterPartition(ctx context.Context, req isr.AlterPartitionRequest) (isr.AlterPartitionResponse, error) {
 	ch := make(chan isr.AlterPartitionResponse, 1)

@@ -38,6 +38,12 @@ type proposal struct {
 	Alter  *isr.AlterPartitionRequest `json:"alter,omitempty"`
 	Create *createPartition           `json:"create,omitempty"`
 	Delete string                     `json:"delete,omitempty"` // a partition name
+	Elect  *electLeader               `json:"elect,omitempty"`
+}
+
+type electLeader struct {
+	Name string           `json:"name"`
+	Kind isr.ElectionKind `json:"kind"`
 }
 
 type createPartition struct {
@@ -58,7 +64,8 @@ type answer struct {
 // back as themselves (errors.Is works across processes).
 var protocolErrors = []error{isr.ErrNotController, isr.ErrInvalidUpdateVersion, isr.ErrIneligibleReplica,
 	isr.ErrUnknownPartition, isr.ErrInvalidRequest, isr.ErrStaleBrokerEpoch, isr.ErrFencedLeaderEpoch,
-	isr.ErrNotLeaderOrFollower, isr.ErrVersionConflict, isr.ErrNotEnoughReplicas, isr.ErrRequestTimedOut}
+	isr.ErrNotLeaderOrFollower, isr.ErrVersionConflict, isr.ErrNotEnoughReplicas, isr.ErrRequestTimedOut,
+	isr.ErrElectionNotNeeded, isr.ErrPreferredLeaderNotAvailable, isr.ErrEligibleLeadersNotAvailable}
 
 func errorName(err error) string {
 	if err == nil {
@@ -111,6 +118,19 @@ func (c Client) CreatePartition(ctx context.Context, name string, replicas []isr
 // was deleted) and returns once the controller asked for the delete.
 func (c Client) DeletePartition(ctx context.Context, name string) error {
 	a, err := c.call(ctx, proposal{Delete: name})
+	if err != nil {
+		return err
+	}
+	return errorFromName(a.Err)
+}
+
+// Elect asks for an election (Kafka's ElectLeaders: preferred or
+// unclean) and returns once the controller asked for the write, or its
+// refusal (isr.ErrElectionNotNeeded, isr.ErrPreferredLeaderNotAvailable,
+// isr.ErrEligibleLeadersNotAvailable, isr.ErrUnknownPartition); the new
+// leader shows under isr.PartitionKey once written.
+func (c Client) Elect(ctx context.Context, name string, kind isr.ElectionKind) error {
+	a, err := c.call(ctx, proposal{Elect: &electLeader{Name: name, Kind: kind}})
 	if err != nil {
 		return err
 	}
@@ -227,6 +247,12 @@ func (s *Service) answerProposal(ctx context.Context, sess meta.Session, epoch i
 		a.Err = errorName(err)
 	case p.Delete != "":
 		err := s.DeletePartition(ctx, p.Delete)
+		if ctx.Err() != nil {
+			return
+		}
+		a.Err = errorName(err)
+	case p.Elect != nil:
+		err := s.Elect(ctx, p.Elect.Name, p.Elect.Kind)
 		if ctx.Err() != nil {
 			return
 		}

@@ -68,6 +68,14 @@ func TestProposalsThroughTheStore(t *testing.T) {
 	if _, err := client.AlterPartition(ctx, other); !errors.Is(err, isr.ErrInvalidUpdateVersion) {
 		t.Fatalf("another proposal on the stale partition epoch: %v, want INVALID_UPDATE_VERSION", err)
 	}
+	// Elections asked for from another process come back with the core's
+	// refusals, recognisable by errors.Is.
+	if err := client.Elect(ctx, "t-0", isr.ElectionPreferred); !errors.Is(err, isr.ErrElectionNotNeeded) {
+		t.Fatalf("preferred election of a partition its preferred replica leads: %v", err)
+	}
+	if err := client.Elect(ctx, "t-9", isr.ElectionUnclean); !errors.Is(err, isr.ErrUnknownPartition) {
+		t.Fatalf("election of an unknown partition: %v", err)
+	}
 	// Its topic deleted: the record goes, and the partition can be created
 	// again (a topic of the same name).
 	if err := client.DeletePartition(ctx, "t-0"); err != nil {

@@ -251,6 +251,12 @@ func errorCode(err error) int16 {
 		return kerr.RequestTimedOut.Code
 	case errors.Is(err, isr.ErrInvalidRequest):
 		return kerr.InvalidRequest.Code
+	case errors.Is(err, isr.ErrElectionNotNeeded):
+		return kerr.ElectionNotNeeded.Code
+	case errors.Is(err, isr.ErrPreferredLeaderNotAvailable):
+		return kerr.PreferredLeaderNotAvailable.Code
+	case errors.Is(err, isr.ErrEligibleLeadersNotAvailable):
+		return kerr.EligibleLeadersNotAvailable.Code
 	case errors.Is(err, ErrLogFailed), errors.Is(err, isr.ErrKafkaStorageError):
 		return kerr.KafkaStorageError.Code
 	default:

@@ -877,9 +877,11 @@ func TestPreferredLeaderElection(t *testing.T) {
 			want = append(want, names...)
 		}
 	}
+	firstEpoch := c.record().LeaderEpoch
 	appendAll(preferred, "first")
 	c.stop(preferred)
 	other := c.waitLeaderNot(preferred, "a failover").id
+	failoverEpoch := c.record().LeaderEpoch
 	appendAll(other, "failover")
 	c.start(preferred)
 	c.waitInSync(other)
@@ -898,6 +900,35 @@ func TestPreferredLeaderElection(t *testing.T) {
 	for _, id := range c.running() {
 		if got := c.readAll(id); !slices.Equal(got, want) {
 			t.Fatalf("broker %d reads %v, want %v", id, got, want)
+		}
+	}
+
+	// OffsetForLeaderEpoch from the leader's epoch cache: each epoch ends
+	// where the next began (6 records each), the current at the LEO.
+	current := c.record().LeaderEpoch
+	for _, tc := range []struct {
+		epoch int32
+		want  isr.EpochEndOffset
+	}{
+		{firstEpoch, isr.EpochEndOffset{Epoch: firstEpoch, EndOffset: 6}},
+		{failoverEpoch, isr.EpochEndOffset{Epoch: failoverEpoch, EndOffset: 12}},
+		{current, isr.EpochEndOffset{Epoch: current, EndOffset: 18}},
+		{current + 1, isr.EpochEndOffset{Epoch: isr.NoEpoch, EndOffset: -1}},
+		{isr.NoEpoch, isr.EpochEndOffset{Epoch: isr.NoEpoch, EndOffset: -1}},
+	} {
+		end, leaderEpoch, err := c.node(preferred).m.EndOffsetForEpoch(c.ctx, partition, tc.epoch)
+		if err != nil || end != tc.want || leaderEpoch != current {
+			t.Errorf("end offset for epoch %d: %+v in epoch %d (%v), want %+v in %d", tc.epoch, end, leaderEpoch, err, tc.want, current)
+		}
+	}
+	if _, _, err := c.node(other).m.EndOffsetForEpoch(c.ctx, partition, firstEpoch); !errors.Is(err, isr.ErrNotLeaderOrFollower) {
+		t.Errorf("asked of a follower: %v", err)
+	}
+	// Every replica's log, caught up: its size, no lag.
+	for _, id := range c.running() {
+		logs := c.node(id).m.ReplicaLogs()
+		if len(logs) != 1 || logs[0].Partition != partition || logs[0].Size <= 0 || logs[0].Lag != 0 {
+			t.Errorf("broker %d: replica logs %+v", id, logs)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package isrnode
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"quire/internal/isr"
 )
@@ -109,4 +111,69 @@ func (m *Manager) LastBatchTimestamp(ctx context.Context, partition string) (int
 		return -1, -1, fmt.Errorf("max timestamp of %s: %w", partition, err)
 	}
 	return offset, timestamp, nil
+}
+
+// EndOffsetForEpoch answers a consumer's OffsetForLeaderEpoch (KIP-320)
+// from partition's leader here: the largest epoch ≤ epoch in the log's
+// leader-epoch cache and where it ends (the LEO for the latest), with the
+// replica's leader epoch; {NoEpoch, -1} for NoEpoch, an empty cache or an
+// epoch newer than the cache's latest (Kafka's
+// LeaderEpochFileCache.endOffsetFor). isr.ErrNotLeaderOrFollower unless
+// the replica leads, as Kafka serves it only from the leader.
+func (m *Manager) EndOffsetForEpoch(ctx context.Context, partition string, epoch int32) (isr.EpochEndOffset, int32, error) {
+	r, err := m.replica(partition)
+	if err != nil {
+		return isr.EpochEndOffset{}, isr.NoEpoch, err
+	}
+	end, leaderEpoch := isr.EpochEndOffset{Epoch: isr.NoEpoch, EndOffset: -1}, isr.NoEpoch
+	var rerr error
+	err = r.run(ctx, func() {
+		if r.core.Role() != isr.RoleLeader {
+			rerr = isr.ErrNotLeaderOrFollower
+			return
+		}
+		leaderEpoch = r.core.LeaderEpoch()
+		if epoch == isr.NoEpoch || epoch > r.log.LatestEpoch() {
+			return
+		}
+		end = r.log.EndOffsetForEpoch(epoch)
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return isr.EpochEndOffset{}, isr.NoEpoch, fmt.Errorf("end offset for epoch %d of %s: %w", epoch, partition, err)
+	}
+	return end, leaderEpoch, nil
+}
+
+// ReplicaLog is one replica's log as DescribeLogDirs shows it.
+type ReplicaLog struct {
+	Partition string
+	// Size is the bytes of its segments.
+	Size int64
+	// Lag is how far its LEO is behind the leader's HW as it knows it
+	// (Status.LeaderHighWatermark); 0 on the leader, and when not known.
+	Lag int64
+}
+
+// Dir is the directory that holds the replicas' logs (Config.Dir).
+func (m *Manager) Dir() string { return m.cfg.Dir }
+
+// ReplicaLogs returns every replica's log here, by partition name.
+func (m *Manager) ReplicaLogs() []ReplicaLog {
+	m.mu.Lock()
+	reps := m.replicaList()
+	m.mu.Unlock()
+	out := make([]ReplicaLog, 0, len(reps))
+	for _, r := range reps {
+		st := r.Status()
+		rl := ReplicaLog{Partition: r.name, Size: r.disk.Size()}
+		if st.LeaderHighWatermark >= 0 {
+			rl.Lag = max(st.LeaderHighWatermark-st.LogEndOffset, 0)
+		}
+		out = append(out, rl)
+	}
+	slices.SortFunc(out, func(a, b ReplicaLog) int { return strings.Compare(a.Partition, b.Partition) })
+	return out
 }

@@ -24,6 +24,9 @@ type Status struct {
 	HighWatermark  int64
 	LogEndOffset   int64
 	LogStartOffset int64
+	// LeaderHighWatermark is the leader's HW as this replica knows it (its
+	// own as leader, the last the leader sent as follower; -1: not known).
+	LeaderHighWatermark int64
 	// Truncations counts the times the replica cut its log (DivergingEpoch)
 	// since it was opened.
 	Truncations int64
@@ -32,7 +35,7 @@ type Status struct {
 func (s Status) same(o Status) bool {
 	return s.Role == o.Role && s.Leader == o.Leader && s.LeaderEpoch == o.LeaderEpoch &&
 		slices.Equal(s.ISR, o.ISR) && s.HighWatermark == o.HighWatermark && s.LogEndOffset == o.LogEndOffset &&
-		s.LogStartOffset == o.LogStartOffset && s.Truncations == o.Truncations
+		s.LogStartOffset == o.LogStartOffset && s.Truncations == o.Truncations && s.LeaderHighWatermark == o.LeaderHighWatermark
 }
 
 // replica is one partition's replica on this broker: its disk log, its core
@@ -160,7 +163,7 @@ func (r *replica) snapshot() Status {
 	st := r.core.State()
 	return Status{Partition: r.name, Role: r.core.Role(), Leader: st.Leader, LeaderEpoch: r.core.LeaderEpoch(),
 		ISR: st.ISRIDs(), HighWatermark: r.core.HighWatermark(), LogEndOffset: r.core.LogEndOffset(),
-		LogStartOffset: r.disk.LogStartOffset(), Truncations: r.truncations}
+		LogStartOffset: r.disk.LogStartOffset(), LeaderHighWatermark: r.core.LeaderHighWatermark(), Truncations: r.truncations}
 }
 
 // publish makes the status visible and wakes long-polls if it changed.
