@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,9 +15,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"quire/internal/admin"
+	"quire/internal/autorecovery"
 	"quire/internal/bookie"
+	"quire/internal/bookie/client"
 	"quire/internal/bookie/node"
 	"quire/internal/meta"
+	"quire/internal/tlsconf"
 )
 
 // engineFlags are the storage engine's tunables, shared by `quire bookie`
@@ -86,6 +90,9 @@ type bookieOptions struct {
 	engine                                                     engineFlags
 	autorecovery                                               autorecoveryFlags
 	mutant                                                     string
+	tls                                                        tlsconf.Files       // the bookie listener (--bookie-tls-*)
+	clientTLS                                                  tlsconf.ClientFiles // autorecovery's connections to bookies
+	metaTLS                                                    tlsconf.ClientFiles // --meta-tls-*
 }
 
 func newBookieCommand() *cobra.Command {
@@ -111,7 +118,15 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: withScheme(o.metaEndpoints)})
+			listenerTLS, err := serverTLS("bookie", o.tls)
+			if err != nil {
+				return err
+			}
+			bookieClientTLS, err := clientTLS("bookie client", o.clientTLS)
+			if err != nil {
+				return err
+			}
+			store, err := openMeta(o.metaEndpoints, o.metaTLS)
 			if err != nil {
 				return err
 			}
@@ -119,19 +134,17 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 			n, err := node.Start(ctx, node.Config{
 				ID: o.id, DataDir: o.dataDir, JournalDir: o.journalDir, ListenAddr: o.listen, AdvertiseAddr: o.advertise,
 				Zone: o.zone, Store: store, SessionTTL: o.sessionTTL, Engine: o.engine.config(),
-				Registerer: prometheus.DefaultRegisterer, Logger: slog.Default(), Mutant: mutant,
+				Registerer: prometheus.DefaultRegisterer, Logger: slog.Default(), Mutant: mutant, TLS: listenerTLS,
 			})
 			if err != nil {
 				return err
 			}
 			defer n.Close()
-			ar, err := o.autorecovery.start(n.ID(), store, o.sessionTTL)
+			closeAutorecovery, err := startAutorecovery(&o.autorecovery, n.ID(), store, o.sessionTTL, bookieClientTLS)
 			if err != nil {
 				return err
 			}
-			if ar != nil {
-				defer ar.Close() // before the node closes: stop repairing first
-			}
+			defer closeAutorecovery() // before the node closes: stop repairing first
 			if o.httpAddr != "" {
 				health := admin.NewHealth()
 				health.RegisterReporter("bookie", bookieReporter(n))
@@ -160,9 +173,44 @@ store (address, zone, writable or read-only) for as long as it runs.`,
 	f.DurationVar(&o.sessionTTL, "session-ttl", 10*time.Second, "registration session TTL: a dead bookie disappears from the registry after this")
 	f.StringVar(&o.mutant, "bookie-mutant", "", "TESTS ONLY: run a deliberately broken bookie (ack-before-write), for quire chaos to catch")
 	_ = f.MarkHidden("bookie-mutant")
+	registerBookieServerTLS(f, &o.tls)
+	registerBookieClientTLS(f, &o.clientTLS)
+	registerMetaClientTLS(f, &o.metaTLS)
 	o.engine.register(cmd)
 	o.autorecovery.register(cmd)
 	return cmd
+}
+
+// startAutorecovery runs autorecoveryFlags.start's service, with the
+// bookie client's TLS when set: the service's connections to bookies (reads
+// of surviving copies, recovery adds to replacements) then present this
+// process's client certificate. It returns what stops the service (a no-op
+// when autorecovery is disabled).
+func startAutorecovery(a *autorecoveryFlags, id string, store meta.Store, sessionTTL time.Duration, bookieTLS *tls.Config) (func(), error) {
+	if !a.enabled {
+		return func() {}, nil
+	}
+	if bookieTLS == nil {
+		s, err := a.start(id, store, sessionTTL)
+		if err != nil {
+			return nil, err
+		}
+		return s.Close, nil
+	}
+	bookies := client.New(client.Config{Logger: slog.Default(), TLS: bookieTLS})
+	s, err := autorecovery.Start(autorecovery.Config{
+		ID: id, Store: store, Bookies: bookies, LostBookieDelay: a.lostBookieDelay, OpenLedgerGracePeriod: a.openLedgerGrace,
+		AuditInterval: a.auditInterval, LedgersPerWorker: a.ledgersPerWorker, EntriesInFlight: a.entriesInFlight,
+		SessionTTL: sessionTTL, Registerer: prometheus.DefaultRegisterer, Logger: slog.Default(),
+	})
+	if err != nil {
+		bookies.Close()
+		return nil, err
+	}
+	return func() {
+		s.Close() // a service does not close a client it was given
+		bookies.Close()
+	}, nil
 }
 
 // withScheme accepts host:port or URLs.

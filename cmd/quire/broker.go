@@ -36,7 +36,9 @@ type brokerFlags struct {
 	pulsarAddr        string
 	ledgerMutant      string
 	kafkaTLS          tlsconf.Files
-	httpTLS           tlsconf.Files // the HTTP listener (/metrics, /healthz, the admin REST API)
+	httpTLS           tlsconf.Files       // the HTTP listener (/metrics, /healthz, the admin REST API)
+	bookieTLS         tlsconf.ClientFiles // connections to bookies (--bookie-tls-ca, --bookie-tls-client-*)
+	isrTLS            tlsconf.ClientFiles // ISR followers' connections to leaders' Kafka listeners (--isr-tls-*)
 	kafkaSASL         saslFlags
 	pulsarSecurity    pulsarSecurityFlags // pulsar_security.go
 	pulsarAdvertised  string
@@ -85,9 +87,13 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.httpTLS.Cert, "http-tls-cert", "", "PEM certificate: the HTTP listener (--http-addr: metrics, health, admin REST) serves HTTPS (reloaded when the file changes)")
 	f.StringVar(&b.httpTLS.Key, "http-tls-key", "", "PEM private key of --http-tls-cert")
 	f.StringVar(&b.httpTLS.ClientCA, "http-tls-client-ca", "", "PEM CA certificates: the HTTP listener requires client certificates signed by them (mutual TLS)")
+	registerBookieClientTLS(f, &b.bookieTLS)
 	b.kafkaSASL.register(f)
 	b.pulsarSecurity.register(f)
 	f.StringVar(&b.isr.Dir, "isr-data-dir", "", "ISR mode: the directory of this broker's partition replicas (empty: no ISR-mode topics served here)")
+	f.StringVar(&b.isrTLS.CA, "isr-tls-ca", "", "ISR mode: PEM CA certificates: followers fetch from leaders' Kafka listeners over TLS, trusting these (for leaders with --kafka-tls-cert)")
+	f.StringVar(&b.isrTLS.Cert, "isr-tls-client-cert", "", "ISR mode: PEM certificate followers present to leaders' Kafka listeners that require client certificates (--kafka-tls-client-ca); its principal must be a super user with --kafka-authorizer")
+	f.StringVar(&b.isrTLS.Key, "isr-tls-client-key", "", "ISR mode: PEM private key of --isr-tls-client-cert")
 }
 
 // listen listens on addr, with TLS when files says so.
@@ -113,6 +119,9 @@ func listen(what, addr string, files tlsconf.Files) (net.Listener, error) {
 func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr string, log *slog.Logger) (*broker.Broker, func(), error) {
 	security, err := b.kafkaSASL.security(ctx, store, log)
 	if err != nil {
+		return nil, nil, err
+	}
+	if b.isr.FetchTLS, err = clientTLS("isr fetcher", b.isrTLS); err != nil {
 		return nil, nil, err
 	}
 	ln, err := listen("kafka", b.kafkaAddr, b.kafkaTLS)
@@ -143,7 +152,12 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 			return nil, nil, err
 		}
 	}
-	bookies := client.New(client.Config{Logger: log})
+	bookieTLS, err := clientTLS("bookie client", b.bookieTLS)
+	if err != nil {
+		closeListeners()
+		return nil, nil, err
+	}
+	bookies := client.New(client.Config{Logger: log, TLS: bookieTLS})
 	mutants, err := sim.ParseMutant(b.ledgerMutant)
 	if err != nil {
 		closeListeners()
@@ -178,6 +192,7 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 
 type brokerOptions struct {
 	metaEndpoints []string
+	metaTLS       tlsconf.ClientFiles // --meta-tls-*
 	httpAddr      string
 	broker        brokerFlags
 }
@@ -199,7 +214,7 @@ ledgers; no data is copied.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: withScheme(o.metaEndpoints)})
+			store, err := openMeta(o.metaEndpoints, o.metaTLS)
 			if err != nil {
 				return err
 			}
@@ -238,6 +253,7 @@ ledgers; no data is copied.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&o.metaEndpoints, "meta-endpoints", nil, "etcd endpoints (host:port, comma separated)")
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
+	registerMetaClientTLS(f, &o.metaTLS)
 	o.broker.register(cmd, "")
 	return cmd
 }

@@ -18,8 +18,10 @@ func newCertsCommand() *cobra.Command {
 		Short: "Make a local CA and TLS certificates for a test cluster",
 		Long: `Writes a CA (ca.pem, ca-key.pem), a server certificate for --hosts
 (server.pem, server-key.pem) and a client certificate whose common name is
-the client's principal (client.pem, client-key.pem) into --dir. For test
-clusters only: use your own CA for real data.
+the client's principal (client.pem, client-key.pem) into --dir. The server
+certificate is valid for client authentication too: it is what Quire's nodes
+present to each other (--bookie-tls-client-cert, --meta-tls-cert, etcd peers).
+For test clusters only: use your own CA for real data.
 
   quire certs --dir certs --hosts 127.0.0.1,localhost
   quire standalone --kafka-tls-cert certs/server.pem --kafka-tls-key certs/server-key.pem

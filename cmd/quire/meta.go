@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"quire/internal/meta"
+	"quire/internal/tlsconf"
 )
 
 // metaOptions configures an embedded etcd member.
@@ -25,14 +26,27 @@ type metaOptions struct {
 	etcdLogLevel        string
 	ballastMB           int
 	quotaBackendMB      int
+	clientTLS           tlsconf.Files // the client listener (--tls-*; --meta-tls-* in standalone)
+	peerTLS             tlsconf.Files // the peer listener and connections to peers (--peer-tls-*)
+}
+
+// clientURL and peerURL are the member's URLs: https:// when TLS is on.
+func (o *metaOptions) clientURL() string { return schemeFor(o.clientTLS) + o.clientAddr }
+func (o *metaOptions) peerURL() string   { return schemeFor(o.peerTLS) + o.peerAddr }
+
+func schemeFor(files tlsconf.Files) string {
+	if files.Enabled() {
+		return "https://"
+	}
+	return "http://"
 }
 
 func (o *metaOptions) embedConfig(dataDir string) meta.EmbedConfig {
 	return meta.EmbedConfig{
 		Name:           o.name,
 		DataDir:        dataDir,
-		ClientURL:      "http://" + o.clientAddr,
-		PeerURL:        "http://" + o.peerAddr,
+		ClientURL:      o.clientURL(),
+		PeerURL:        o.peerURL(),
 		InitialCluster: o.initialCluster,
 		ClusterState:   o.initialClusterState,
 		LogLevel:       o.etcdLogLevel,
@@ -40,6 +54,8 @@ func (o *metaOptions) embedConfig(dataDir string) meta.EmbedConfig {
 		// 0 keeps etcd's default (2 GiB).
 		QuotaBackendBytes: int64(o.quotaBackendMB) << 20,
 		Logger:            slog.Default(),
+		ClientTLS:         o.clientTLS,
+		PeerTLS:           o.peerTLS,
 	}
 }
 
@@ -50,7 +66,13 @@ func newMetaCommand() *cobra.Command {
 		Short: "Run a metadata store member (embedded etcd); other roles reach it with --meta-endpoints",
 		Long: `Run one etcd member, embedded in Quire. Alone it is a single-node cluster;
 with --initial-cluster name1=http://host1:2380,name2=... it forms a cluster with its peers.
-Every other role takes --meta-endpoints to use it, or any external etcd cluster.`,
+Every other role takes --meta-endpoints to use it, or any external etcd cluster.
+
+With --tls-cert/--tls-key clients connect over TLS (https://; their --meta-tls-ca
+trusts the CA), with --tls-client-ca only clients presenting a certificate that CA
+signed (their --meta-tls-cert/--meta-tls-key). With --peer-tls-cert/--peer-tls-key/
+--peer-tls-ca members talk to each other over mutual TLS (https:// peer URLs in
+--initial-cluster).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -64,7 +86,7 @@ Every other role takes --meta-endpoints to use it, or any external etcd cluster.
 				return err
 			}
 			defer e.Close()
-			slog.Info("quire meta ready", "name", o.name, "client", e.Endpoint(), "peer", "http://"+o.peerAddr, "data-dir", dir)
+			slog.Info("quire meta ready", "name", o.name, "client", e.Endpoint(), "peer", o.peerURL(), "data-dir", dir)
 			select {
 			case <-ctx.Done():
 				slog.Info("quire meta stopping")
@@ -95,4 +117,10 @@ func addMetaMemberFlags(cmd *cobra.Command, o *metaOptions, prefix string) {
 	f.StringVar(&o.etcdLogLevel, prefix+"etcd-log-level", "fatal", "log level of etcd's own logger (debug, info, warn, error, fatal)")
 	f.IntVar(&o.ballastMB, prefix+"ballast-mb", meta.DefaultBallastBytes>>20, "disk space (MiB, at most 1/16 of the file system) reserved for etcd by a ballast file beside its data dir, released when free space drops below it so that a full disk never stops etcd; 0: none")
 	f.IntVar(&o.quotaBackendMB, prefix+"quota-backend-mb", 0, "etcd's database quota (MiB): past it etcd refuses writes (NOSPACE alarm) but keeps serving reads; 0: etcd's default, 2048")
+	f.StringVar(&o.clientTLS.Cert, prefix+"tls-cert", "", "PEM certificate: etcd's client listener speaks TLS (https://); with --"+prefix+"tls-client-ca it must also be valid for client authentication (quire certs' server.pem is)")
+	f.StringVar(&o.clientTLS.Key, prefix+"tls-key", "", "PEM private key of --"+prefix+"tls-cert")
+	f.StringVar(&o.clientTLS.ClientCA, prefix+"tls-client-ca", "", "PEM CA certificates: etcd requires client certificates signed by them (etcd's --client-cert-auth): every quire process connecting presents one (--meta-tls-cert)")
+	f.StringVar(&o.peerTLS.Cert, prefix+"peer-tls-cert", "", "PEM certificate: members talk to each other over mutual TLS with it (valid for server and client authentication); peer URLs become https://")
+	f.StringVar(&o.peerTLS.Key, prefix+"peer-tls-key", "", "PEM private key of --"+prefix+"peer-tls-cert")
+	f.StringVar(&o.peerTLS.ClientCA, prefix+"peer-tls-ca", "", "PEM CA certificates that signed every member's peer certificate (required with --"+prefix+"peer-tls-cert)")
 }

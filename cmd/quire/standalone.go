@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 	"quire/internal/admin"
 	"quire/internal/bookie/node"
 	"quire/internal/meta"
+	"quire/internal/tlsconf"
 )
 
 // clusterKey holds the cluster's identity, written once on first start.
@@ -33,6 +36,8 @@ type standaloneOptions struct {
 	broker      brokerFlags
 	engine      engineFlags
 	isr         standaloneISRFlags // --mode isr --brokers N (standalone_isr.go)
+	bookieTLS   tlsconf.Files      // the bookies' listeners (--bookie-tls-cert/-key/-client-ca)
+	metaTLSCA   string             // --meta-tls-ca: what the process's own etcd client trusts
 }
 
 func newStandaloneCommand() *cobra.Command {
@@ -64,6 +69,8 @@ turns writable again by itself once space is freed (docs/operations.md).`,
 	f.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address for /healthz, /readyz and /metrics")
 	f.StringSliceVar(&o.bookieAddrs, "bookie-addrs", []string{"127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"}, "listen addresses of the bookies to run, one bookie each (data in DATA-DIR/bookie-N)")
 	addMetaMemberFlags(cmd, &o.meta, "meta-")
+	f.StringVar(&o.metaTLSCA, "meta-tls-ca", "", "PEM CA certificates the standalone's own etcd client trusts when --meta-tls-cert is set (default --meta-tls-client-ca); it presents --meta-tls-cert itself")
+	registerBookieServerTLS(f, &o.bookieTLS)
 	o.broker.register(cmd, "127.0.0.1:6650")
 	o.engine.register(cmd)
 	o.isr.register(cmd)
@@ -81,12 +88,20 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	if err := os.MkdirAll(metaDir, 0o755); err != nil {
 		return err
 	}
+	metaClientTLS, err := o.metaClientTLS()
+	if err != nil {
+		return err
+	}
+	bookieTLS, err := o.bookieTLSConfigs()
+	if err != nil {
+		return err
+	}
 	embedded, err := meta.StartEmbedded(o.meta.embedConfig(metaDir))
 	if err != nil {
 		return err
 	}
 	defer embedded.Close()
-	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{embedded.Endpoint()}})
+	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{embedded.Endpoint()}, TLS: metaClientTLS})
 	if err != nil {
 		return err
 	}
@@ -103,7 +118,7 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		engine.DiskUsage = sharedDiskUsage(dir, metaDir, embedded)
 		n, err := node.Start(ctx, node.Config{
 			ID: fmt.Sprintf("bookie-%d", i+1), DataDir: dir, ListenAddr: addr,
-			Store: store, Engine: engine, Registerer: prometheus.DefaultRegisterer, Logger: log,
+			Store: store, Engine: engine, Registerer: prometheus.DefaultRegisterer, Logger: log, TLS: bookieTLS,
 		})
 		if err != nil {
 			return err
@@ -169,6 +184,45 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		log.Warn("http shutdown", "err", err)
 	}
 	return runErr
+}
+
+// metaClientTLS is the configuration of the standalone's own etcd client:
+// none without --meta-tls-cert; otherwise it presents the member's own
+// certificate (so, with --meta-tls-client-ca, that certificate must be
+// valid for client authentication too, as quire certs' server.pem is) and
+// trusts --meta-tls-ca, by default --meta-tls-client-ca.
+func (o *standaloneOptions) metaClientTLS() (*tls.Config, error) {
+	m := o.meta.clientTLS
+	if !m.Enabled() {
+		return nil, nil
+	}
+	ca := cmp.Or(o.metaTLSCA, m.ClientCA)
+	if ca == "" {
+		return nil, errors.New("standalone: --meta-tls-cert needs --meta-tls-ca (or --meta-tls-client-ca): the CA the standalone's own etcd client trusts")
+	}
+	return clientTLS("meta client", tlsconf.ClientFiles{CA: ca, Cert: m.Cert, Key: m.Key})
+}
+
+// bookieTLSConfigs returns the bookies' listener configuration (nil: no
+// TLS) and fills in what the embedded brokers' bookie client lacks: they
+// trust --bookie-tls-client-ca unless --bookie-tls-ca says otherwise, and
+// present the bookies' own certificate unless --bookie-tls-client-cert
+// does (so, with --bookie-tls-client-ca, that certificate must be valid
+// for client authentication too, as quire certs' server.pem is).
+func (o *standaloneOptions) bookieTLSConfigs() (*tls.Config, error) {
+	cfg, err := serverTLS("bookie", o.bookieTLS)
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	c := &o.broker.bookieTLS
+	c.CA = cmp.Or(c.CA, o.bookieTLS.ClientCA)
+	if c.CA == "" {
+		return nil, errors.New("standalone: --bookie-tls-cert needs --bookie-tls-ca (or --bookie-tls-client-ca): the CA the brokers trust for the bookies")
+	}
+	if c.Cert == "" && c.Key == "" {
+		c.Cert, c.Key = o.bookieTLS.Cert, o.bookieTLS.Key
+	}
+	return cfg, nil
 }
 
 // clusterInfo is the value at clusterKey.

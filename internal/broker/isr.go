@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -70,6 +71,12 @@ type ISRConfig struct {
 	SessionTTL time.Duration
 	// NoController: this process never becomes ISR mode's controller.
 	NoController bool
+	// FetchTLS, when set, is how this broker's followers dial the leaders'
+	// Kafka listeners (tlsconf.Client: the CA of the listeners'
+	// certificates, and this broker's own certificate for listeners that
+	// require mutual TLS; its principal must be a super user when the
+	// leaders run --kafka-authorizer). nil: plaintext.
+	FetchTLS *tls.Config
 }
 
 // isrSide is a broker's ISR mode.
@@ -118,7 +125,7 @@ func (b *Broker) startISR(ctx context.Context) error {
 	s.mgr, err = isrnode.Start(isrnode.Config{
 		Broker: isr.BrokerID(b.ID()), Store: b.cfg.Store, Controller: s.client, Resolve: b.kafkaAddrOf,
 		Dir: filepath.Clean(c.Dir), Replica: isr.ReplicaConfig{MinISR: minISR, LagTimeMax: c.LagTimeMax},
-		SessionTTL: c.SessionTTL, Logger: b.cfg.Logger,
+		SessionTTL: c.SessionTTL, FetchTLS: c.FetchTLS, Logger: b.cfg.Logger,
 	})
 	if err != nil {
 		if s.ctl != nil {

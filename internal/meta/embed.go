@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"quire/internal/tlsconf"
 )
 
 // EmbedConfig configures an embedded etcd member (`quire meta` and `quire standalone`).
@@ -44,6 +46,20 @@ type EmbedConfig struct {
 	// Logger receives the member's failures and headroom changes; nil:
 	// slog.Default().
 	Logger *slog.Logger
+	// ClientTLS, when enabled, makes the client listener serve TLS (then
+	// ClientURL is https://) with Cert and Key; with ClientCA it requires
+	// client certificates that CA signed (etcd's --client-cert-auth and
+	// --trusted-ca-file). The member's own gRPC gateway dials itself with
+	// Cert, so with ClientCA that certificate must also be valid for client
+	// authentication (tlsconf.MakeTestPKI's server certificate is).
+	ClientTLS tlsconf.Files
+	// PeerTLS, when enabled, makes the peer listener and the member's
+	// connections to its peers TLS (then PeerURL and every peer URL of
+	// InitialCluster are https://): Cert and Key are the member's identity
+	// both ways, so valid for server and client authentication, and ClientCA
+	// is required: the CA that signed every member's certificate, checked in
+	// both directions (etcd's --peer-client-cert-auth).
+	PeerTLS tlsconf.Files
 }
 
 // Embedded is a running embedded etcd member.
@@ -106,6 +122,15 @@ func StartEmbedded(cfg EmbedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: peer url %q: %w", cfg.PeerURL, err)
 	}
+	if err := checkTLSURL("client", clientURL, cfg.ClientTLS); err != nil {
+		return nil, err
+	}
+	if err := checkTLSURL("peer", peerURL, cfg.PeerTLS); err != nil {
+		return nil, err
+	}
+	if cfg.PeerTLS.Enabled() && cfg.PeerTLS.ClientCA == "" {
+		return nil, errors.New("meta: peer TLS needs the CA of the members' certificates (members authenticate each other)")
+	}
 	level, err := zapcore.ParseLevel(cfg.LogLevel)
 	if err != nil {
 		return nil, fmt.Errorf("meta: etcd log level %q: %w", cfg.LogLevel, err)
@@ -127,6 +152,14 @@ func StartEmbedded(cfg EmbedConfig) (*Embedded, error) {
 	ec.ClusterState = cfg.ClusterState
 	ec.LogLevel = cfg.LogLevel
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
+	if f := cfg.ClientTLS; f.Enabled() {
+		ec.ClientTLSInfo.CertFile, ec.ClientTLSInfo.KeyFile = f.Cert, f.Key
+		ec.ClientTLSInfo.TrustedCAFile, ec.ClientTLSInfo.ClientCertAuth = f.ClientCA, f.ClientCA != ""
+	}
+	if f := cfg.PeerTLS; f.Enabled() {
+		ec.PeerTLSInfo.CertFile, ec.PeerTLSInfo.KeyFile = f.Cert, f.Key
+		ec.PeerTLSInfo.TrustedCAFile, ec.PeerTLSInfo.ClientCertAuth = f.ClientCA, true
+	}
 	// etcd's fatal and panic logs end the goroutine that logged them, not
 	// the process: see Embedded.
 	lg := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), level),
@@ -178,6 +211,22 @@ func StartEmbedded(cfg EmbedConfig) (*Embedded, error) {
 	}
 	go m.watch()
 	return m, nil
+}
+
+// checkTLSURL refuses a listener URL whose scheme disagrees with its TLS
+// setting: etcd would otherwise serve plaintext on an https URL or the
+// reverse, and clients would fail with confusing errors.
+func checkTLSURL(what string, u *url.URL, files tlsconf.Files) error {
+	if files.Enabled() && (files.Cert == "" || files.Key == "") {
+		return fmt.Errorf("meta: %s TLS needs a certificate and its key", what)
+	}
+	switch {
+	case files.Enabled() && u.Scheme != "https":
+		return fmt.Errorf("meta: %s TLS is on but the %s URL %s is not https://", what, what, u)
+	case !files.Enabled() && u.Scheme == "https":
+		return fmt.Errorf("meta: the %s URL %s is https:// but no %s certificate is set", what, u, what)
+	}
+	return nil
 }
 
 // goexitHook ends the goroutine that logged a fatal or panic message,

@@ -1,8 +1,11 @@
 // Package tlsconf builds the TLS configurations of Quire's listeners from
 // PEM files: a certificate and key reloaded when the files change (a renewed
 // certificate needs no restart), and optionally a client CA, which makes the
-// listener require and verify client certificates (mutual TLS). It also
-// makes a local CA and certificates for a test cluster (`quire certs`).
+// listener require and verify client certificates (mutual TLS); and those of
+// Quire's own clients of its internal listeners (brokers to bookies, every
+// process to etcd, ISR followers to leaders): the CA they trust and the
+// certificate they present, reloaded the same way. It also makes a local CA
+// and certificates for a test cluster (`quire certs`).
 package tlsconf
 
 import (
@@ -51,6 +54,45 @@ func Server(f Files) (*tls.Config, error) {
 			return nil, err
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// ClientFiles names what a client of a TLS listener reads: CA, the
+// certificates it trusts (empty: the system's roots), and for mutual TLS its
+// own certificate and key, required together.
+type ClientFiles struct {
+	CA        string
+	Cert, Key string
+}
+
+// Enabled reports whether the client speaks TLS.
+func (f ClientFiles) Enabled() bool { return f.CA != "" || f.Cert != "" || f.Key != "" }
+
+// Client returns a client configuration trusting f.CA and presenting f.Cert
+// when the server asks for a certificate; the certificate is read now
+// (failing if it is unusable) and again whenever its files change, so a
+// renewed client certificate needs no restart either. The server's name is
+// checked against the address dialled (crypto/tls does when ServerName is
+// empty and the dialler sets it, as tls.Dialer does).
+func Client(f ClientFiles) (*tls.Config, error) {
+	if (f.Cert == "") != (f.Key == "") {
+		return nil, errors.New("tls: a client certificate needs its key and a key its certificate")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.CA != "" {
+		pool, err := Pool(f.CA)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = pool
+	}
+	if f.Cert != "" {
+		r := &reloader{cert: f.Cert, key: f.Key}
+		if _, err := r.load(); err != nil {
+			return nil, err
+		}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return r.load() }
 	}
 	return cfg, nil
 }
@@ -107,8 +149,10 @@ func (r *reloader) load() (*tls.Certificate, error) {
 // MakeTestPKI writes a CA (ca.pem, ca-key.pem), a server certificate for
 // hosts (server.pem, server-key.pem: IP addresses and DNS names) and a client
 // certificate for the principal clientCN (client.pem, client-key.pem) into
-// dir, valid for validFor. For test clusters: keys are ECDSA P-256, files
-// 0600.
+// dir, valid for validFor. The server certificate is also valid as a client
+// certificate (CN=quire): a node's identity towards the others (etcd peers,
+// brokers to bookies, ISR followers to leaders). For test clusters: keys are
+// ECDSA P-256, key files 0600.
 func MakeTestPKI(dir string, hosts []string, clientCN string, validFor time.Duration) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -132,14 +176,14 @@ func MakeTestPKI(dir string, hosts []string, clientCN string, validFor time.Dura
 	if err := writePair(dir, "ca", caDER, caKey); err != nil {
 		return err
 	}
-	leaf := func(name, cn string, usage x509.ExtKeyUsage, hosts []string) error {
+	leaf := func(name, cn string, usage []x509.ExtKeyUsage, hosts []string) error {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return err
 		}
 		tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: cn},
 			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validFor),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage}
 		for _, h := range hosts {
 			if ip := net.ParseIP(h); ip != nil {
 				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -153,10 +197,10 @@ func MakeTestPKI(dir string, hosts []string, clientCN string, validFor time.Dura
 		}
 		return writePair(dir, name, der, key)
 	}
-	if err := leaf("server", "quire", x509.ExtKeyUsageServerAuth, hosts); err != nil {
+	if err := leaf("server", "quire", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, hosts); err != nil {
 		return err
 	}
-	return leaf("client", clientCN, x509.ExtKeyUsageClientAuth, nil)
+	return leaf("client", clientCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
 }
 
 // ExpiredTestClientCert signs, with the CA that MakeTestPKI wrote into dir,

@@ -205,3 +205,52 @@ func expiredClient(t *testing.T, dir string) tls.Certificate {
 	}
 	return c
 }
+
+// TestClientConfig: Client's configuration trusts its CA and presents its
+// certificate to a listener requiring one; without the certificate, or
+// trusting another CA, it gets nothing through; a certificate without its
+// key is refused when the configuration is built. The server certificate
+// also serves as a client identity (a node's, towards the other nodes).
+func TestClientConfig(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	for _, d := range []string{dir, other} {
+		if err := MakeTestPKI(d, []string{"127.0.0.1"}, "alice", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := Server(Files{Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server-key.pem"), ClientCA: filepath.Join(dir, "ca.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, cfg)
+	for _, c := range []struct {
+		name  string
+		files ClientFiles
+		ok    bool
+	}{
+		{"client certificate", ClientFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "client.pem"), Key: filepath.Join(dir, "client-key.pem")}, true},
+		{"node certificate", ClientFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server-key.pem")}, true},
+		{"no certificate", ClientFiles{CA: filepath.Join(dir, "ca.pem")}, false},
+		{"certificate of another CA", ClientFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(other, "client.pem"), Key: filepath.Join(other, "client-key.pem")}, false},
+		{"trusting another CA", ClientFiles{CA: filepath.Join(other, "ca.pem"), Cert: filepath.Join(dir, "client.pem"), Key: filepath.Join(dir, "client-key.pem")}, false},
+	} {
+		ccfg, err := Client(c.files)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ccfg.ServerName = "127.0.0.1"
+		_, err = dial(addr, ccfg)
+		if c.ok && err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if !c.ok && err == nil {
+			t.Errorf("%s: connected", c.name)
+		}
+	}
+	if _, err := Client(ClientFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "client.pem")}); err == nil {
+		t.Error("a client certificate without its key was accepted")
+	}
+	if !(ClientFiles{CA: "x"}).Enabled() || (ClientFiles{}).Enabled() {
+		t.Error("ClientFiles.Enabled")
+	}
+}

@@ -15,6 +15,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,9 +88,16 @@ type Config struct {
 	// WriteTimeout bounds one write to a connection; a bookie that stops reading for that
 	// long is treated as failed. Negative disables it.
 	WriteTimeout time.Duration
-	// Dial opens a connection (default: TCP with DialTimeout). Tests and the simulator
-	// replace it.
+	// Dial opens a connection (default: TCP with DialTimeout, and TLS over it with TLS).
+	// Tests and the simulator replace it.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// TLS, when set, makes the default Dial speak TLS to every bookie, the handshake
+	// inside DialTimeout: the client's configuration decides for all bookies (their
+	// registrations do not say), so a cluster turns TLS on for all its bookies and all
+	// their clients together. The bookie's certificate is checked against the host of
+	// the address dialled unless TLS.ServerName says otherwise; a client certificate
+	// (tlsconf.Client) is presented to bookies that require one.
+	TLS *tls.Config
 }
 
 // MaxEntryBytes is the largest entry an add request may carry: a frame
@@ -128,6 +136,14 @@ func (cfg Config) withDefaults() Config {
 		dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
 			return dialer.DialContext(ctx, "tcp", addr)
+		}
+		if cfg.TLS != nil {
+			// tls.Dialer sets ServerName from addr when the config leaves it empty, and
+			// returns only once the handshake is done.
+			tlsDialer := &tls.Dialer{NetDialer: dialer, Config: cfg.TLS}
+			cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				return tlsDialer.DialContext(ctx, "tcp", addr)
+			}
 		}
 	}
 	return cfg

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,7 +102,7 @@ func (bc *bookieConn) dial(att *dialAttempt) {
 	switch {
 	case bc.closed:
 		if nc != nil {
-			nc.Close()
+			closeNow(nc)
 		}
 		att.err = ErrClosed
 	case err != nil:
@@ -362,7 +363,7 @@ func (cn *conn) fail(err error) {
 	cn.pending, cn.out = nil, nil
 	cn.mu.Unlock()
 	close(cn.done)
-	cn.nc.Close()
+	closeNow(cn.nc)
 	cn.bc.lost(cn)
 	if !errors.Is(err, ErrClosed) {
 		cn.log.Info("bookie connection lost", "err", err, "pending", len(pending))
@@ -376,6 +377,19 @@ func (cn *conn) fail(err error) {
 		cl := pending[id]
 		cl.fail(cn.bc.addr, err)
 	}
+}
+
+// closeNow closes nc without waiting on the peer: a TLS connection's
+// underlying connection is closed directly, as tls.Conn.Close would first
+// write a close_notify alert, which waits up to 5 s for a bookie that stopped
+// reading (a paused or overloaded one: often why the connection is failed).
+// The requests in flight must fail at once, not after that.
+func closeNow(nc net.Conn) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		tc.NetConn().Close()
+		return
+	}
+	nc.Close()
 }
 
 func (cn *conn) readLoop() {

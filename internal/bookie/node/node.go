@@ -9,6 +9,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,10 @@ type Config struct {
 	Logger     *slog.Logger
 	// Mutant breaks the bookie on purpose (mutant.go); "" in production.
 	Mutant Mutant
+	// TLS, when set, makes the bookie serve TLS (tlsconf.Server: with a client CA it
+	// requires client certificates). The registration does not say: clients are
+	// configured for TLS as a whole (client.Config.TLS).
+	TLS *tls.Config
 }
 
 // Node is a running bookie.
@@ -121,7 +126,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	var engine server.Engine
 	engine, n.stopMutant = withMutant(cfg.Mutant, engineAdapter{n.engine})
-	n.server = server.New(server.Config{Logger: n.log, Registerer: reg, StatusOf: statusOf}, engine)
+	n.server = server.New(server.Config{Logger: n.log, Registerer: reg, StatusOf: statusOf, TLS: cfg.TLS}, engine)
 	go func() { n.serveErr <- n.server.Serve(ln) }()
 
 	if cfg.Store != nil {
@@ -131,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		go n.keepRegistered()
 	}
-	n.log.Info("bookie ready", "addr", cfg.AdvertiseAddr, "zone", cfg.Zone, "data-dir", cfg.DataDir, "journal-dir", cfg.JournalDir)
+	n.log.Info("bookie ready", "addr", cfg.AdvertiseAddr, "tls", cfg.TLS != nil, "mutual_tls", cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert, "zone", cfg.Zone, "data-dir", cfg.DataDir, "journal-dir", cfg.JournalDir)
 	return n, nil
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,29 @@ func newConn(s *Server, nc net.Conn) *conn {
 		done:  make(chan struct{}),
 		polls: make(map[*longPoll]struct{}),
 	}
+}
+
+// handshake completes a TLS connection's handshake within HandshakeTimeout, before any
+// request is read, so that a refused client (no certificate, one from another CA, a
+// plaintext client) is told why in the log and never reaches the engine. It reports
+// whether the connection may be served; a plaintext connection always may.
+func (c *conn) handshake() bool {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	_ = tc.SetDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
+	err := tc.Handshake()
+	_ = tc.SetDeadline(time.Time{})
+	if err != nil {
+		c.s.metrics.handshakesFailed.Inc()
+		if !c.isClosed() {
+			c.log.Warn("closing connection: TLS handshake failed", "err", err)
+		}
+		tc.Close()
+		return false
+	}
+	return true
 }
 
 // serve runs the connection until it closes, then waits for its goroutines.
@@ -176,7 +200,14 @@ func (c *conn) close() {
 	c.queue = nil
 	c.mu.Unlock()
 	close(c.done)
-	c.nc.Close()
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		// Not tls.Conn.Close: its close_notify alert may wait up to 5 s for a peer
+		// that does not read, and Server.Close closes connections one after another.
+		// The peer sees the connection end as it would a plaintext one's.
+		tc.NetConn().Close()
+	} else {
+		c.nc.Close()
+	}
 	for lp := range polls {
 		lp.abort()
 	}

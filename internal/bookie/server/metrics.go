@@ -45,6 +45,7 @@ type metrics struct {
 	inFlight            prometheus.Gauge
 	connections         prometheus.Gauge
 	connectionsRejected prometheus.Counter
+	handshakesFailed    prometheus.Counter
 	badFrames           prometheus.Counter
 }
 
@@ -73,6 +74,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "quire_bookie_connections_rejected_total",
 			Help: "Connections closed on accept because the connection limit was reached.",
 		}),
+		handshakesFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quire_bookie_tls_handshakes_failed_total",
+			Help: "Connections closed because their TLS handshake failed (a plaintext client, no client certificate, one of another CA) or timed out.",
+		}),
 		badFrames: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "quire_bookie_bad_frames_total",
 			Help: "Connections closed because they sent a malformed or oversized frame.",
@@ -85,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(requests, latency, m.inFlight, m.connections, m.connectionsRejected, m.badFrames)
+		reg.MustRegister(requests, latency, m.inFlight, m.connections, m.connectionsRejected, m.handshakesFailed, m.badFrames)
 	}
 	return m
 }

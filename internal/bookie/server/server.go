@@ -8,6 +8,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,6 +82,7 @@ const (
 	DefaultMaxBatchReadEntries = 10_000
 	DefaultMaxConnections      = 4096
 	DefaultWriteTimeout        = 30 * time.Second
+	DefaultHandshakeTimeout    = 10 * time.Second
 )
 
 // Config configures a Server. The zero value is usable: every zero field takes its default.
@@ -109,6 +111,14 @@ type Config struct {
 	// StatusOf maps an engine error to a status (default wire.StatusOf, which knows the
 	// sentinels of package wire).
 	StatusOf func(error) wire.Status
+	// TLS, when set, makes every listener speak TLS: a connection serves requests only
+	// after its handshake, and with TLS.ClientAuth requiring certificates (tlsconf.Server
+	// with a client CA) only clients presenting one the CA signed get that far (mutual
+	// TLS: how brokers and autorecovery authenticate to bookies). nil: plaintext.
+	TLS *tls.Config
+	// HandshakeTimeout bounds a TLS handshake; a client that does not finish it in time is
+	// disconnected (default DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
 }
 
 func (cfg Config) withDefaults() Config {
@@ -135,6 +145,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.StatusOf == nil {
 		cfg.StatusOf = wire.StatusOf
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	return cfg
 }
@@ -175,7 +188,8 @@ func New(cfg Config, engine Engine) *Server {
 var ErrServerClosed = errors.New("bookie server closed")
 
 // Serve accepts connections on ln until Close, then returns ErrServerClosed; any other
-// accept failure is returned as is. Serve closes ln.
+// accept failure is returned as is. Serve closes ln. With Config.TLS, ln's connections
+// are served over TLS.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -251,6 +265,9 @@ func (s *Server) startConn(nc net.Conn) {
 		nc.Close()
 		return
 	}
+	if s.cfg.TLS != nil {
+		nc = tls.Server(nc, s.cfg.TLS)
+	}
 	c := newConn(s, nc)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -258,7 +275,9 @@ func (s *Server) startConn(nc net.Conn) {
 	s.metrics.connections.Inc()
 	go func() {
 		defer s.wg.Done()
-		c.serve()
+		if c.handshake() {
+			c.serve()
+		}
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()

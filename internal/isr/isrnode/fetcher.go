@@ -2,6 +2,7 @@ package isrnode
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"sync"
@@ -234,7 +235,7 @@ func (f *fetcher) send(batch map[string]pendingFetch) (*kmsg.FetchResponse, erro
 		if err != nil {
 			return nil, fmt.Errorf("resolve broker %d: %w", f.source, err)
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID(fmt.Sprintf("quire-replica-fetcher-%d", f.m.cfg.Broker)))
+		cl, err := newReplicaClient(addr, f.m.cfg.Broker, f.m.fetchTLS())
 		if err != nil {
 			return nil, fmt.Errorf("client for broker %d at %s: %w", f.source, addr, err)
 		}
@@ -253,6 +254,28 @@ func (f *fetcher) send(batch map[string]pendingFetch) (*kmsg.FetchResponse, erro
 	f.client.Close()
 	f.client = nil
 	return nil, fmt.Errorf("fetch from broker %d: %w", f.source, err)
+}
+
+// fetchTLS is the TLS configuration this manager's fetchers dial leaders'
+// Kafka listeners with (Config.FetchTLS); nil: plaintext.
+func (m *Manager) fetchTLS() *tls.Config { return m.cfg.FetchTLS }
+
+// newReplicaClient is the kgo client a follower fetches from a leader's
+// Kafka listener at addr with, over TLS when tlsCfg is set: tlsCfg is the
+// broker's own identity (tlsconf.Client: the CA of the leaders' listener
+// certificates, and the client certificate a listener requiring mutual TLS
+// asks for). Its subject is the follower's principal, so with
+// --kafka-authorizer on it must be a super user (--kafka-super-users), as
+// Kafka's inter-broker principal is: replica fetches are cluster actions.
+// The leader's certificate is checked against addr's host. Without tlsCfg
+// the client dials in plaintext, as before.
+func newReplicaClient(addr string, broker isr.BrokerID, tlsCfg *tls.Config) (*kgo.Client, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.ClientID(fmt.Sprintf("quire-replica-fetcher-%d", broker))}
+	if tlsCfg != nil {
+		// kgo clones the configuration per dial and sets ServerName from addr.
+		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
+	}
+	return kgo.NewClient(opts...)
 }
 
 // answer hands each partition's answer to its core; a partition the

@@ -2,6 +2,7 @@ package isrnode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,9 @@ type Config struct {
 	// (replica.fetch.backoff.ms, default 1 s); failed connections back off
 	// from it up to 10 times as long.
 	FetchBackoff time.Duration
+	// FetchTLS, when set, is how followers dial the leaders' Kafka
+	// listeners (fetcher.go's newReplicaClient); nil: plaintext.
+	FetchTLS *tls.Config
 	// AlterPartitionTimeout bounds one ISR proposal's round trip (default
 	// 5 s).
 	AlterPartitionTimeout time.Duration
