@@ -28,7 +28,8 @@ type saslFlags struct {
 	adminUser         string
 	adminPasswordFile string
 	reauth            time.Duration
-	acl               aclFlags // kafka_acl.go
+	acl               aclFlags   // kafka_acl.go
+	quota             quotaFlags // kafka_quota.go: per-IP connection bound
 	// OAUTHBEARER (KIP-768's names): the JWKS file, the issuer and
 	// audience expected, the claim the principal is taken from.
 	oauthJWKS, oauthIssuer, oauthAudience, oauthSubClaim string
@@ -47,6 +48,7 @@ func (s *saslFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&s.adminPasswordFile, "kafka-sasl-admin-password-file", "", "file holding the password --kafka-sasl-admin-user is created with (one line)")
 	f.DurationVar(&s.reauth, "kafka-sasl-reauth", 0, "SASL session lifetime (connections.max.reauth.ms): clients re-authenticate within it (KIP-368) or are disconnected; 0: sessions last as long as the connection")
 	s.acl.register(f)
+	s.quota.register(f)
 }
 
 // saslSecurity is the Kafka listener's Security: SASL as the flags say, and

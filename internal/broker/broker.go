@@ -26,6 +26,7 @@ import (
 	"quire/internal/meta"
 	"quire/internal/mlog/mlogclient"
 	"quire/internal/ownership"
+	"quire/internal/quota"
 )
 
 // Config configures a broker.
@@ -104,6 +105,11 @@ type Config struct {
 	ProducerIDExpiration       time.Duration
 	KafkaMaxQueuedRequestBytes int64
 	KafkaMaxConnRequestBytes   int64
+	// KafkaMaxConnectionsPerIP refuses a Kafka connection from an IP that
+	// has this many open (max.connections.per.ip); 0: unlimited. Client
+	// quotas (internal/quota) are always served and enforced: they are in
+	// the metadata store, and none are set at first.
+	KafkaMaxConnectionsPerIP int
 	// StorageCheckInterval is how often the bookie registry is read to know
 	// whether produces can be taken (storage.go); default
 	// DefaultStorageCheckInterval.
@@ -199,6 +205,7 @@ type Broker struct {
 	cluster     *ownership.Cluster
 	admin       *catalog.Catalog
 	front       *kafka.Server
+	quotas      *quota.Store
 	groups      kafka.GroupCoordinator
 	closeGroups func()
 	collector   *collector
@@ -327,8 +334,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	b.startTxn() // before the front end, which asks whether there is one
+	if b.quotas, err = quota.Open(ctx, cfg.Store, b.log); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	front, err := kafka.New(kafka.Config{Backend: b, Logger: cfg.Logger, Registerer: cfg.Registerer,
-		MaxQueuedRequestBytes: cfg.KafkaMaxQueuedRequestBytes, MaxConnRequestBytes: cfg.KafkaMaxConnRequestBytes})
+		MaxQueuedRequestBytes: cfg.KafkaMaxQueuedRequestBytes, MaxConnRequestBytes: cfg.KafkaMaxConnRequestBytes,
+		Quotas: b.quotas, MaxConnectionsPerIP: cfg.KafkaMaxConnectionsPerIP})
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("server: %w", err)
@@ -403,6 +415,9 @@ func (b *Broker) Close() error {
 	}
 	if b.front != nil {
 		b.front.Close()
+	}
+	if b.quotas != nil {
+		b.quotas.Close()
 	}
 	b.closePulsar()
 	b.closeISR()

@@ -23,7 +23,7 @@ package kafka
 //
 // Not advertised (the connection closes if a client sends them anyway, as
 // Kafka does for an API it does not know): transactions (AddPartitionsToTxn,
-// EndTxn, …), quotas, delegation tokens, DeleteRecords,
+// EndTxn, …), delegation tokens, DeleteRecords,
 // the legacy AlterConfigs, the KIP-848 consumer group
 // and share group APIs, and everything broker-to-broker or KRaft.
 //
@@ -103,6 +103,10 @@ var apis = []apiSpec{
 	{key: kmsg.DescribeACLs, min: 1, max: 3, acls: true, handler: handleDescribeACLs},
 	{key: kmsg.CreateACLs, min: 1, max: 3, acls: true, handler: handleCreateACLs},
 	{key: kmsg.DeleteACLs, min: 1, max: 3, acls: true, handler: handleDeleteACLs},
+	// Client quotas (quotas.go): advertised only when the server has a
+	// quota store (Server.versionTable removes them otherwise).
+	{key: kmsg.DescribeClientQuotas, min: 0, max: 1, handler: handleDescribeClientQuotas},
+	{key: kmsg.AlterClientQuotas, min: 0, max: 1, handler: handleAlterClientQuotas},
 }
 
 // handlers is apis by key.

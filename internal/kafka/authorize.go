@@ -47,6 +47,8 @@ package kafka
 //	Describe/AlterUserScramCredentials  DESCRIBE / ALTER cluster
 //	                        (scram_credentials.go)
 //	Create/DeleteAcls, DescribeAcls     ALTER / DESCRIBE cluster (acls.go)
+//	Describe/AlterClientQuotas          DESCRIBE_CONFIGS / ALTER_CONFIGS
+//	                        cluster (quotas.go)
 //	OffsetForLeaderEpoch    CLUSTER_ACTION cluster, else DESCRIBE topic
 //	ElectLeaders            ALTER cluster
 //	DescribeLogDirs         DESCRIBE cluster (refused: no directories, and

@@ -20,6 +20,8 @@ type metrics struct {
 	queuedBytes         prometheus.Gauge
 	readsPaused         *prometheus.CounterVec // budget
 	authentications     *prometheus.CounterVec // mechanism, outcome
+	throttled           *prometheus.CounterVec // quota
+	connectionsRefused  *prometheus.CounterVec // reason
 
 	errorNamesMu sync.Mutex
 	errorNames   map[int16]string
@@ -64,12 +66,20 @@ func newMetrics() *metrics {
 			Namespace: "quire", Subsystem: "kafka", Name: "sasl_authentications_total",
 			Help: "SASL authentications by mechanism and outcome: authenticated, reauthenticated (KIP-368, on a live connection), failed (bad credentials).",
 		}, []string{"mechanism", "outcome"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "quire", Subsystem: "kafka", Name: "quota_throttled_requests_total",
+			Help: "Requests throttled by a client quota (quota: produce, fetch, request), each answered with throttle_time_ms and its connection muted for it.",
+		}, []string{"quota"}),
+		connectionsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "quire", Subsystem: "kafka", Name: "quota_connections_refused_total",
+			Help: "Connections refused at accept by an IP bound (reason: ip_rate, over its connection_creation_rate, closed after the throttle time; ip_count, over max connections per IP, closed at once).",
+		}, []string{"reason"}),
 		errorNames: make(map[int16]string),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.connectionsRejected, m.connectionsClosed, m.unsupported, m.queuedBytes, m.readsPaused, m.authentications} {
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.connections, m.connectionsRejected, m.connectionsClosed, m.unsupported, m.queuedBytes, m.readsPaused, m.authentications, m.throttled, m.connectionsRefused} {
 		if err := r.Register(c); err != nil {
 			return err
 		}
@@ -86,6 +96,12 @@ func (m *metrics) request(api string, code int16, took time.Duration) {
 
 func (m *metrics) authenticated(mechanism, outcome string) {
 	m.authentications.WithLabelValues(mechanism, outcome).Inc()
+}
+
+func (m *metrics) quotaThrottled(kind string) { m.throttled.WithLabelValues(kind).Inc() }
+
+func (m *metrics) quotaConnectionRefused(reason string) {
+	m.connectionsRefused.WithLabelValues(reason).Inc()
 }
 
 func (m *metrics) closed(reason string) { m.connectionsClosed.WithLabelValues(reason).Inc() }

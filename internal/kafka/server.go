@@ -22,6 +22,11 @@
 // so TCP pushes back on the client — and that wait is a normal state,
 // counted in a metric, never an error.
 //
+// Client quotas (quota_enforce.go) are measured as requests are read and
+// answered; a client over its quota gets throttle_time_ms in the response,
+// and its connection's reader stops (the socket is not read, as for a full
+// budget) until the throttle time is over.
+//
 // Who may talk is a listener's business: Serve on a *Listener applies its
 // Security (sasl.go: SASL before anything else, re-authentication); the
 // connection's reader keeps the authentication state and stamps each
@@ -41,6 +46,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +56,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"quire/internal/auth"
+	"quire/internal/quota"
 )
 
 // Defaults for the zero values of Config's limits.
@@ -96,6 +103,16 @@ type Config struct {
 	MaxConnRequestBytes   int64
 	// Registerer receives the front end's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Quotas, when set, are the client quotas enforced on every listener
+	// and served by DescribeClientQuotas / AlterClientQuotas (quotas.go,
+	// quota_enforce.go); nil: no quotas, and those APIs are not served.
+	Quotas *quota.Store
+	// QuotaWindow is the sampling of quota rates (Kafka's quota.window.num
+	// and quota.window.size.seconds; zero: 11 × 1s).
+	QuotaWindow quota.RateConfig
+	// MaxConnectionsPerIP refuses a connection from an IP that has this
+	// many open (Kafka's max.connections.per.ip); 0: unlimited.
+	MaxConnectionsPerIP int
 }
 
 // Server serves the Kafka protocol from a Backend.
@@ -111,6 +128,9 @@ type Server struct {
 	topicIDs   topicIDCache
 	// topicLimits caches each topic's max.message.bytes for Produce.
 	topicLimits topicLimits
+	// quotas enforces client quotas (quota_enforce.go); nil: none.
+	quotas     *quotas
+	quotaStore *quota.Store
 
 	maxFrameBytes  int32
 	maxConnections int
@@ -177,11 +197,18 @@ func New(cfg Config) (*Server, error) {
 	s.requestBytes = semaphore.NewWeighted(s.maxServerBytes)
 	s.withGroups = cfg.Backend.Groups() != nil
 	s.withTxns = s.transactions() != nil
-	s.versions = supportedVersions(s.withGroups, s.withTxns, nil)
+	s.quotaStore = cfg.Quotas
+	s.quotas = newQuotas(cfg.Quotas, cfg.QuotaWindow, cfg.MaxConnectionsPerIP, nil)
+	s.versions = s.versionTable(nil)
 	s.metrics = newMetrics()
 	if cfg.Registerer != nil {
 		if err := s.metrics.register(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("kafka: register metrics: %w", err)
+		}
+		if s.quotas != nil {
+			if err := cfg.Registerer.Register(newQuotaCollector(s.quotas)); err != nil {
+				return nil, fmt.Errorf("kafka: register quota metrics: %w", err)
+			}
 		}
 	}
 	s.topicIDs.backend = cfg.Backend
@@ -210,7 +237,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			ln.Close()
 			return err
 		}
-		table := supportedVersions(s.withGroups, s.withTxns, sec)
+		table := s.versionTable(sec)
 		versions = &table
 	}
 	s.mu.Lock()
@@ -273,6 +300,27 @@ func (s *Server) startConn(nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 
 		nc.Close()
 		return
 	}
+	s.mu.Unlock()
+	ip := remoteIP(nc)
+	switch reason, delay := s.quotas.admit(ip); reason {
+	case "ip_count":
+		s.log.Info("connection refused: max connections per IP", "remote", nc.RemoteAddr(), "max", s.quotas.maxPerIP)
+		s.metrics.quotaConnectionRefused(reason)
+		nc.Close()
+		return
+	case "ip_rate":
+		s.log.Debug("connection over its IP's connection_creation_rate; closing after the throttle", "remote", nc.RemoteAddr(), "throttle", delay)
+		s.metrics.quotaConnectionRefused(reason)
+		s.quotas.closeLater(nc, delay)
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.quotas.release(ip)
+		nc.Close()
+		return
+	}
 	c := newConn(s, nc, sec, versions)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -281,6 +329,7 @@ func (s *Server) startConn(nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 
 	go func() {
 		defer s.wg.Done()
 		c.serve()
+		s.quotas.release(ip)
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
@@ -310,8 +359,29 @@ func (s *Server) Close() error {
 	for _, c := range conns {
 		c.abort()
 	}
+	s.quotas.close()
 	s.wg.Wait()
 	return nil
+}
+
+// versionTable is what a listener with sec (nil: none) advertises: the
+// quota APIs only when there is a quota store.
+func (s *Server) versionTable(sec *Security) [kmsg.MaxKey + 1]versionRange {
+	vs := supportedVersions(s.withGroups, s.withTxns, sec)
+	if s.quotaStore == nil {
+		vs[kmsg.DescribeClientQuotas] = versionRange{min: 0, max: -1}
+		vs[kmsg.AlterClientQuotas] = versionRange{min: 0, max: -1}
+	}
+	return vs
+}
+
+// remoteIP is the IP a connection comes from.
+func remoteIP(nc net.Conn) string {
+	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
+	if err != nil {
+		return nc.RemoteAddr().String()
+	}
+	return host
 }
 
 // A finishFunc completes a request (in request order, on the writer) and
@@ -369,6 +439,14 @@ type inflight struct {
 	// header (a SASL v0 token); finish is not called.
 	isRaw bool
 	raw   []byte
+	// Client quotas (only when some are configured): submitTook is the
+	// decoding and submit phase's time; throttle the longest throttle time
+	// the request earned, for the response's throttle_time_ms; muteAfter
+	// the part of it only known at completion (fetch bytes, request time),
+	// for which the writer mutes the connection.
+	submitTook time.Duration
+	throttle   time.Duration
+	muteAfter  time.Duration
 }
 
 // connState is what a connection's reader knows of it and hands to each
@@ -516,6 +594,9 @@ func (s *Server) submit(ctx context.Context, cs *connState, frame []byte) (item 
 		return nil, protocolErrorf("%s v%d: decode body of %d bytes: %v", apiName(key), version, len(r.Src), err)
 	}
 	rq.kreq = kreq
+	if s.quotas != nil && key == int16(kmsg.Fetch) {
+		s.quotas.boundFetch(rq)
+	}
 	h := handlers[key]
 	if h == nil {
 		// versionRange advertised a key without a handler: a bug here.
@@ -550,7 +631,11 @@ func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out 
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(item.raw)))
 		return append(dst, item.raw...), nil, nil
 	}
+	finishStart := time.Now()
 	resp := item.finish(ctx)
+	if s.quotas != nil && item.rq.kreq != nil && s.quotas.clientActive() {
+		resp = s.applyQuotas(item, resp, time.Since(finishStart))
+	}
 	s.metrics.request(apiName(item.rq.key), item.rq.errCode, time.Since(item.received))
 	if item.rq.closeAfter {
 		return dst, nil, errCloseAfter
@@ -586,6 +671,114 @@ func (s *Server) complete(ctx context.Context, item *inflight, dst []byte) (out 
 	return dst, nil, nil
 }
 
+// applyQuotas records what the client quotas measure at a request's
+// completion (consumer fetch bytes, request time) and sets the response's
+// throttle_time_ms to the longest throttle the request earned; a fetch over
+// its byte rate is answered empty (Kafka's throttled fetch). The writer
+// mutes the connection for item.muteAfter once it has the response.
+func (s *Server) applyQuotas(item *inflight, resp kmsg.Response, finishTook time.Duration) kmsg.Response {
+	rq := item.rq
+	user, clientID := quotaUser(rq), quotaClientID(rq)
+	if resp != nil && rq.key == int16(kmsg.Fetch) && !isReplicaFetch(rq) {
+		size := fetchAnswerSize(resp)
+		if d := s.quotas.recordFetch(user, clientID, size); d > 0 {
+			s.metrics.quotaThrottled("fetch")
+			s.quotas.unrecordFetch(user, clientID, size)
+			item.muteAfter = max(item.muteAfter, d)
+			empty := kmsg.NewPtrFetchResponse()
+			empty.Version = rq.version
+			resp = empty
+		}
+	}
+	if !quotaExempt(rq) {
+		took := item.submitTook
+		if !finishWaits(rq.key) {
+			took += finishTook
+		}
+		percent := took.Seconds() * 100
+		if d := s.quotas.record(quota.KindRequest, user, clientID, percent); d > 0 {
+			s.metrics.quotaThrottled("request")
+			item.muteAfter = max(item.muteAfter, d)
+		}
+	}
+	item.throttle = max(item.throttle, item.muteAfter)
+	if item.throttle > 0 && resp != nil {
+		if tr, ok := resp.(kmsg.ThrottleResponse); ok {
+			ms := int32(min(item.throttle.Milliseconds(), int64(1<<31-1)))
+			if cur, _ := tr.Throttle(); ms > cur {
+				resp.(kmsg.SetThrottleResponse).SetThrottle(ms)
+			}
+		}
+	}
+	return resp
+}
+
+// fetchAnswerSize is a fetch response's size as the quota counts it: its
+// records and a bound of its other fields.
+func fetchAnswerSize(resp kmsg.Response) int {
+	switch r := resp.(type) {
+	case *fetchAnswer:
+		n := fetchResponseSize(r.FetchResponse)
+		for _, batches := range r.records {
+			for _, b := range batches {
+				n += len(b)
+			}
+		}
+		return n
+	case *kmsg.FetchResponse:
+		return fetchResponseSize(r)
+	}
+	return 0
+}
+
+// quotaOnSubmit records what the client quotas measure when a request is
+// read (a Produce's size) and mutes the reader for the throttle it earns.
+func (c *conn) quotaOnSubmit(item *inflight, frameSize int) {
+	rq := item.rq
+	item.submitTook = time.Since(item.received)
+	if rq.key != int16(kmsg.Produce) {
+		return
+	}
+	if d := c.s.quotas.record(quota.KindProduce, quotaUser(rq), quotaClientID(rq), float64(frameSize)); d > 0 {
+		c.s.metrics.quotaThrottled("produce")
+		item.throttle = d
+		c.mute(d)
+	}
+}
+
+// mute stops the reader for d from now (KIP-219: a throttled client's
+// connection is not read until its throttle time is over).
+func (c *conn) mute(d time.Duration) {
+	until := time.Now().Add(d).UnixNano()
+	for {
+		cur := c.mutedUntil.Load()
+		if cur >= until || c.mutedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// waitMuted waits while the connection is muted; false once it is closing.
+func (c *conn) waitMuted() bool {
+	for {
+		until := c.mutedUntil.Load()
+		if until == 0 {
+			return true
+		}
+		d := time.Until(time.Unix(0, until))
+		if d <= 0 {
+			return true
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
 // conn is one client connection.
 type conn struct {
 	s      *Server
@@ -601,6 +794,9 @@ type conn struct {
 	abortOnce    sync.Once
 	// state is the reader's: security, versions, authentication.
 	state connState
+	// mutedUntil (unix nanoseconds; 0: never muted) is when a quota
+	// throttle ends: the reader reads and submits nothing before.
+	mutedUntil atomic.Int64
 }
 
 func newConn(s *Server, nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 1]versionRange) *conn {
@@ -692,6 +888,9 @@ func (c *conn) readLoop() {
 		case <-c.ctx.Done():
 			return
 		}
+		if !c.waitMuted() {
+			return
+		}
 		if err := c.readFull(br, sizeBuf[:]); err != nil {
 			if !errors.Is(err, io.EOF) && c.ctx.Err() == nil {
 				c.s.log.Debug("connection read failed", "remote", c.remote, "err", err)
@@ -721,6 +920,12 @@ func (c *conn) readLoop() {
 			c.abort()
 			return
 		}
+		// A throttle earned meanwhile (a response completed while the
+		// frame was read) holds this request back too.
+		if !c.waitMuted() {
+			c.release(held)
+			return
+		}
 		item, err := c.s.submit(c.ctx, &c.state, frame)
 		if err != nil {
 			c.release(held)
@@ -736,6 +941,9 @@ func (c *conn) readLoop() {
 			return
 		}
 		item.held = held
+		if c.s.quotas != nil && item.rq != nil && item.rq.kreq != nil && c.s.quotas.clientActive() {
+			c.quotaOnSubmit(item, len(frame))
+		}
 		// The queue has as many slots as c.slots, so this never blocks.
 		c.queue <- item
 		if item.last {
@@ -797,6 +1005,9 @@ func (c *conn) writeLoop() {
 		buf, pieces, err = c.s.complete(c.ctx, item, buf[:0])
 		c.release(item.held)
 		<-c.slots
+		if item.muteAfter > 0 {
+			c.mute(item.muteAfter)
+		}
 		if err != nil {
 			if err == errCloseAfter {
 				c.s.metrics.closed("acks0_error")

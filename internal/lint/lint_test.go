@@ -104,6 +104,13 @@ var cores = []corePackage{
 		core:  []string{"coordinator.go", "doc.go", "types.go"},
 		shell: []string{"kafka.go", "service.go"},
 	},
+	{
+		// Client quotas: entities, precedence and the rate core take the
+		// time as an argument; the metadata store's copy is the shell.
+		dir:   "internal/quota",
+		core:  []string{"quota.go", "rate.go"},
+		shell: []string{"store.go"},
+	},
 }
 
 // coreForbiddenImports are the packages a core file must not import, with
