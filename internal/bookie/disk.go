@@ -381,6 +381,14 @@ func (e *Engine) ensureBallast() error {
 	return nil
 }
 
+// underDiskPressure: predicted usage is past the warn threshold, or the
+// bookie is read-only for space.
+func (e *Engine) underDiskPressure() bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.disk.warn || e.disk.full || e.disk.noSpace != nil
+}
+
 // wakeDiskLoop asks the disk loop for a statfs and a re-evaluation.
 func (e *Engine) wakeDiskLoop() {
 	select {

@@ -310,6 +310,50 @@ func TestGCTriggeredByDiskPressure(t *testing.T) {
 	}
 }
 
+// A ledger deleted while the disk is past the warn threshold has its dead
+// bytes compacted away by the deletion's sweep, although the dead fraction
+// would not ask for it and the warn crossing's own pass came before the
+// deletion: a bookie short of space does not wait for GCInterval.
+func TestDeletionUnderPressureCompacts(t *testing.T) {
+	q := newFaultFS(vfs.NewMem(), 4)
+	q.capacity.Store(8 << 20)
+	cfg := diskTestConfig(q)
+	cfg.DiskUsageWarn = 0.1
+	cfg.GCDeadFraction = 0.99
+	cfg.GCThreshold = 0.6
+	cfg.ReclaimDelay = time.Millisecond
+	e := openTest(t, cfg)
+	// Ledgers 1 and 2 interleaved in every checkpoint: each log is about
+	// half of each, so deleting ledger 1 leaves logs about half live.
+	for i := range int64(160) {
+		for _, l := range []int64{1, 2} {
+			mustAdd(t, e, AddRequest{LedgerID: l, EntryID: i, LastAddConfirmed: i - 1, Payload: payloadFor(l, i, 4<<10)})
+		}
+		if i%8 == 7 {
+			if err := e.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.checkDisk()
+	if !e.underDiskPressure() {
+		t.Fatalf("not past the warn threshold: %d of %d bytes used", q.used(), q.capacity.Load())
+	}
+	waitFor(t, "the warn crossing's GC pass", func() bool { return e.Stats().GCPasses >= 1 })
+	if st := e.Stats(); st.GCRelocatedEntries != 0 {
+		t.Fatalf("the warn pass relocated %d entries with nothing dead", st.GCRelocatedEntries)
+	}
+	if err := e.DeleteLedger(1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deletion's sweep compacting the half-dead logs", func() bool { return e.Stats().GCRelocatedEntries > 0 })
+	for i := range int64(160) {
+		if ent, err := e.Read(2, i); err != nil || !bytes.Equal(ent.Payload, payloadFor(2, i, 4<<10)) {
+			t.Fatalf("ledger 2 entry %d: %v", i, err)
+		}
+	}
+}
+
 // Open on a full disk succeeds read-only: the journal is replayed into
 // memory and served, the reason is reported, and once space returns the
 // bookie checkpoints and becomes writable by itself.

@@ -909,7 +909,15 @@ func (e *Engine) backgroundLoop() {
 			}
 		case <-reclaim:
 			reclaim = nil
-			err = e.collectGarbage(gcSweep)
+			// Under disk pressure a deletion's dead bytes are taken back
+			// whatever their fraction: a disk past the warn threshold, or
+			// read-only, waits for exactly this (a sweep would leave the
+			// partly dead logs until the next GCInterval).
+			mode := gcSweep
+			if e.underDiskPressure() {
+				mode = gcFull
+			}
+			err = e.collectGarbage(mode)
 		}
 		switch {
 		case err == nil || errors.Is(err, ErrClosed):
