@@ -40,6 +40,7 @@ type brokerFlags struct {
 	bookieTLS         tlsconf.ClientFiles // connections to bookies (--bookie-tls-ca, --bookie-tls-client-*)
 	isrTLS            tlsconf.ClientFiles // ISR followers' connections to leaders' Kafka listeners (--isr-tls-*)
 	kafkaSASL         saslFlags
+	kafkaListeners    kafkaListenerFlags  // kafka_listeners.go
 	pulsarSecurity    pulsarSecurityFlags // pulsar_security.go
 	pulsarAdvertised  string
 	zone              string
@@ -89,6 +90,7 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.httpTLS.ClientCA, "http-tls-client-ca", "", "PEM CA certificates: the HTTP listener requires client certificates signed by them (mutual TLS)")
 	registerBookieClientTLS(f, &b.bookieTLS)
 	b.kafkaSASL.register(f)
+	b.kafkaListeners.register(f)
 	b.pulsarSecurity.register(f)
 	f.StringVar(&b.isr.Dir, "isr-data-dir", "", "ISR mode: the directory of this broker's partition replicas (empty: no ISR-mode topics served here)")
 	f.StringVar(&b.isrTLS.CA, "isr-tls-ca", "", "ISR mode: PEM CA certificates: followers fetch from leaders' Kafka listeners over TLS, trusting these (for leaders with --kafka-tls-cert)")
@@ -124,14 +126,8 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 	if b.isr.FetchTLS, err = clientTLS("isr fetcher", b.isrTLS); err != nil {
 		return nil, nil, err
 	}
-	ln, err := listen("kafka", b.kafkaAddr, b.kafkaTLS)
+	ln, kafkaAdvertised, extraKafka, err := b.listenKafka(security)
 	if err != nil {
-		return nil, nil, err
-	}
-	ln = &kafka.Listener{Listener: ln, Security: security}
-	pulsarSec, err := b.pulsarSecurity.security()
-	if err != nil {
-		ln.Close()
 		return nil, nil, err
 	}
 	var pulsarLn, pulsarTLSLn net.Listener
@@ -141,6 +137,14 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 				l.Close()
 			}
 		}
+		for _, x := range extraKafka {
+			x.Listener.Close()
+		}
+	}
+	pulsarSec, err := b.pulsarSecurity.security()
+	if err != nil {
+		closeListeners()
+		return nil, nil, err
 	}
 	if b.pulsarAddr != "" {
 		if pulsarLn, err = listen("pulsar", b.pulsarAddr, tlsconf.Files{}); err != nil {
@@ -168,8 +172,9 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 	}
 	ledgers := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bookies, Name: "broker", Logger: log, Mutants: mutants})
 	br, err := broker.Start(ctx, broker.Config{
-		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: b.kafkaAdvertised,
-		HTTPAddr: httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
+		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: kafkaAdvertised,
+		KafkaExtraListeners: extraKafka,
+		HTTPAddr:            httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,
 		HandoffAfter: b.handoffAfter, KafkaMaxQueuedRequestBytes: b.queuedBytes, KafkaMaxConnRequestBytes: b.connBytes,
 		KafkaMaxConnectionsPerIP: b.kafkaSASL.quota.maxConnectionsPerIP, ProducerIDExpiration: b.producerExpiry,

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +108,81 @@ func TestKafkaSASLOverTLS(t *testing.T) {
 	// The admin's password came from the environment, never argv.
 	if strings.Contains(strings.Join(p.cmd.Args, " "), "admin-secret") {
 		t.Error("the admin password is on the command line")
+	}
+}
+
+// TestKafkaListeners: one standalone, two Kafka listeners with different
+// security (Kafka's listeners and listener.security.protocol.map): INSIDE
+// plaintext, OUTSIDE SASL_SSL with SCRAM-SHA-512. A client inside produces
+// without credentials; outside, the admin's SCRAM credential reads the same
+// records over TLS, and a client without SASL gets nothing; Metadata
+// through each listener names that listener's advertised endpoint.
+func TestKafkaListeners(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs quire processes")
+	}
+	certs := t.TempDir()
+	if out, err := runQuire(t, "certs", "--dir", certs, "--hosts", "127.0.0.1"); err != nil {
+		t.Fatalf("quire certs: %v: %s", err, out)
+	}
+	t.Setenv(adminPasswordEnv, "admin-secret")
+	httpAddr, inside, outside := freeAddr(t), freeAddr(t), freeAddr(t)
+	p := startQuire(t, "standalone", "--data-dir", t.TempDir(), "--http-addr", httpAddr,
+		"--kafka-listeners", "INSIDE://"+inside+",OUTSIDE://"+outside,
+		"--kafka-listener-security-protocol-map", "INSIDE:PLAINTEXT,OUTSIDE:SASL_SSL",
+		"--meta-client-addr", freeAddr(t), "--meta-peer-addr", freeAddr(t),
+		"--bookie-addrs", strings.Join([]string{freeAddr(t), freeAddr(t), freeAddr(t)}, ","), "--pulsar-addr", "",
+		"--kafka-tls-cert", filepath.Join(certs, "server.pem"), "--kafka-tls-key", filepath.Join(certs, "server-key.pem"),
+		"--kafka-sasl-mechanisms", "SCRAM-SHA-512", "--kafka-sasl-admin-user", "admin")
+	waitHTTP(t, p, "http://"+httpAddr+"/readyz", 60*time.Second)
+	pool, err := tlsconf.Pool(filepath.Join(certs, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tlsDial := (&tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: &tls.Config{RootCAs: pool}}).DialContext
+	client := func(opts ...kgo.Opt) *kgo.Client {
+		t.Helper()
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	const topic, n = "two-listeners", 100
+	in := client(kgo.SeedBrokers(inside), kgo.DefaultProduceTopic(topic), kgo.AllowAutoTopicCreation())
+	for i := range n {
+		if err := in.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "r%d", i)}).FirstErr(); err != nil {
+			t.Fatalf("produce %d inside, without credentials: %v", i, err)
+		}
+	}
+	out := client(kgo.SeedBrokers(outside), kgo.Dialer(tlsDial), kgo.SASL(scram.Auth{User: "admin", Pass: "admin-secret"}.AsSha512Mechanism()),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	got := 0
+	for got < n {
+		fs := out.PollRecords(ctx, n)
+		if errs := fs.Errors(); len(errs) > 0 {
+			t.Fatalf("consume outside over SASL_SSL: %v", errs)
+		}
+		got += fs.NumRecords()
+	}
+	anonymous := client(kgo.SeedBrokers(outside), kgo.Dialer(tlsDial), kgo.RequestRetries(0))
+	if err := anonymous.Ping(ctx); err == nil {
+		t.Fatal("a TLS client without SASL was served on the SASL_SSL listener")
+	}
+	for _, tc := range []struct {
+		name string
+		cl   *kgo.Client
+		want string
+	}{{"INSIDE", in, inside}, {"OUTSIDE", out, outside}} {
+		md, err := kadm.NewClient(tc.cl).BrokerMetadata(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(md.Brokers) != 1 || net.JoinHostPort(md.Brokers[0].Host, strconv.Itoa(int(md.Brokers[0].Port))) != tc.want {
+			t.Fatalf("Metadata through %s: brokers %+v, want the one at %s", tc.name, md.Brokers, tc.want)
+		}
 	}
 }

@@ -73,6 +73,10 @@ func (o standaloneOptions) startBrokers(ctx context.Context, store meta.Store, l
 	if _, err := cat.SetReplication(ctx, ns, repl); err != nil {
 		return nil, nil, err
 	}
+	if len(o.broker.kafkaListeners.listeners) > 0 && n > 1 {
+		// Each broker's listeners would need addresses of their own.
+		return nil, nil, errors.New("--kafka-listeners: not with --brokers above 1 (run quire broker processes for several listeners per broker)")
+	}
 	host, port, err := net.SplitHostPort(o.broker.kafkaAddr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--kafka-addr: %w", err)

@@ -33,6 +33,16 @@ const MaxPartitionsPerTopic = 10_000
 func toKafka(bi ownership.Member) kafka.Node {
 	host, port, _ := splitHostPort(bi.KafkaAddr)
 	kb := kafka.Node{ID: bi.ID, Host: host, Port: port}
+	for name, addr := range bi.KafkaListeners {
+		h, p, err := splitHostPort(addr)
+		if err != nil {
+			continue
+		}
+		if kb.Listeners == nil {
+			kb.Listeners = map[string]kafka.Endpoint{}
+		}
+		kb.Listeners[name] = kafka.Endpoint{Host: h, Port: p}
+	}
 	if bi.Zone != "" {
 		kb.Rack = ptr(bi.Zone)
 	}

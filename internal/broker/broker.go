@@ -38,6 +38,13 @@ type Config struct {
 	ID              int32
 	KafkaListener   net.Listener
 	KafkaAdvertised string
+	// KafkaExtraListeners are more Kafka listeners beside KafkaListener,
+	// each a *kafka.Listener with a Name and its own Security (Kafka's
+	// listeners and advertised.listeners: e.g. plaintext inside, SASL_SSL
+	// outside). When there are any, KafkaListener must be named too;
+	// clients are told the endpoints of the listener they came in on.
+	// Brokers fetch from each other (ISR mode) on KafkaListener.
+	KafkaExtraListeners []ExtraKafkaListener
 	// PulsarListener, when set, serves the Pulsar protocol (pulsar.go);
 	// PulsarAdvertised is the host:port in its service URL (default: the
 	// listener's address). The broker closes the listener.
@@ -127,6 +134,52 @@ type Config struct {
 
 	// ISR turns ISR mode on (isr.go); zero: off.
 	ISR ISRConfig
+}
+
+// ExtraKafkaListener is one of Config.KafkaExtraListeners: Listener (a
+// *kafka.Listener, named) and the host:port clients are told for it
+// (default: its address).
+type ExtraKafkaListener struct {
+	Listener   net.Listener
+	Advertised string
+}
+
+// kafkaListeners checks the names of cfg's Kafka listeners and returns the
+// advertised endpoint of each named one (nil when the only listener is
+// unnamed).
+func (cfg *Config) kafkaListeners() (map[string]string, error) {
+	if len(cfg.KafkaExtraListeners) == 0 {
+		if l, ok := cfg.KafkaListener.(*kafka.Listener); !ok || l.Name == "" {
+			return nil, nil
+		}
+	}
+	out := map[string]string{}
+	add := func(ln net.Listener, advertised string) error {
+		l, ok := ln.(*kafka.Listener)
+		if !ok || l.Name == "" {
+			return errors.New("server: with several Kafka listeners each must be a named *kafka.Listener")
+		}
+		if _, dup := out[l.Name]; dup {
+			return fmt.Errorf("server: Kafka listener name %q used twice", l.Name)
+		}
+		if advertised == "" {
+			advertised = ln.Addr().String()
+		}
+		if _, _, err := splitHostPort(advertised); err != nil {
+			return fmt.Errorf("server: advertised address of Kafka listener %s: %w", l.Name, err)
+		}
+		out[l.Name] = advertised
+		return nil
+	}
+	if err := add(cfg.KafkaListener, cfg.KafkaAdvertised); err != nil {
+		return nil, err
+	}
+	for _, x := range cfg.KafkaExtraListeners {
+		if err := add(x.Listener, x.Advertised); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Timeouts bound what the broker waits for on its own account (a client's
@@ -292,6 +345,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if _, _, err := splitHostPort(cfg.KafkaAdvertised); err != nil {
 		return nil, fmt.Errorf("server: advertised Kafka address: %w", err)
 	}
+	kafkaListeners, err := cfg.kafkaListeners()
+	if err != nil {
+		return nil, err
+	}
 	bctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{cfg: cfg, log: cfg.Logger.With("component", "broker"), admin: catalog.New(cfg.Store),
 		ctx: bctx, cancel: cancel, parts: map[string]*loaded{},
@@ -316,7 +373,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b.session = sess
 	cl, err := ownership.New(ownership.Config{Store: cfg.Store, Session: sess, Logger: cfg.Logger,
-		Self:      ownership.Member{ID: cfg.ID, KafkaAddr: cfg.KafkaAdvertised, HTTPAddr: cfg.HTTPAddr, Zone: cfg.Zone},
+		Self: ownership.Member{ID: cfg.ID, KafkaAddr: cfg.KafkaAdvertised, KafkaListeners: kafkaListeners,
+			HTTPAddr: cfg.HTTPAddr, Zone: cfg.Zone},
 		OnAcquire: b.onAcquire, OnRelease: b.onRelease, HandoffAfter: cfg.HandoffAfter})
 	if err != nil {
 		sess.Close()
@@ -380,6 +438,15 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			b.log.Error("kafka listener stopped", "err", err)
 		}
 	}()
+	for _, x := range cfg.KafkaExtraListeners {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if err := front.Serve(x.Listener); err != nil && b.ctx.Err() == nil {
+				b.log.Error("kafka listener stopped", "listener", x.Listener.(*kafka.Listener).Name, "err", err)
+			}
+		}()
+	}
 	go func() {
 		defer b.wg.Done()
 		b.maintain()

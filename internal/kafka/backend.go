@@ -20,6 +20,29 @@ type Node struct {
 	Host string
 	Port int32
 	Rack *string
+	// Listeners are the node's endpoints per listener name (Kafka's
+	// advertised.listeners). A request that came in through a named
+	// Listener is answered with the endpoints of the listener of that name,
+	// and a node without one is left out (Kafka's behaviour); a request
+	// through an unnamed listener gets Host and Port.
+	Listeners map[string]Endpoint
+}
+
+// Endpoint is a host and port clients connect to.
+type Endpoint struct {
+	Host string
+	Port int32
+}
+
+// Endpoint is where a client that came in through the listener named
+// listener ("" for an unnamed one) reaches n; false when n has no such
+// listener.
+func (n Node) Endpoint(listener string) (Endpoint, bool) {
+	if listener == "" {
+		return Endpoint{Host: n.Host, Port: n.Port}, true
+	}
+	e, ok := n.Listeners[listener]
+	return e, ok
 }
 
 // PartitionInfo is one partition in Metadata. Leader is -1 when no broker

@@ -34,8 +34,12 @@ func handleDescribeCluster(s *Server, _ context.Context, rq *request) finishFunc
 			return resp
 		}
 		for _, b := range brokers {
+			e, ok := b.Endpoint(rq.listener())
+			if !ok {
+				continue // no listener of this connection's name there
+			}
 			rb := kmsg.NewDescribeClusterResponseBroker()
-			rb.NodeID, rb.Host, rb.Port, rb.Rack = b.ID, b.Host, b.Port, b.Rack
+			rb.NodeID, rb.Host, rb.Port, rb.Rack = b.ID, e.Host, e.Port, b.Rack
 			resp.Brokers = append(resp.Brokers, rb)
 		}
 		return resp

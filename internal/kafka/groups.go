@@ -136,7 +136,7 @@ func handleFindCoordinator(s *Server, _ context.Context, rq *request) finishFunc
 				b, err := tc.Coordinator(ctx, key)
 				code = s.errorCode(err, "find coordinator", "transactional id", key)
 				if code == 0 {
-					c.NodeID, c.Host, c.Port = b.ID, b.Host, b.Port
+					code = coordinatorAt(rq, b, &c)
 				}
 			case req.CoordinatorType != coordinatorTypeGroup:
 				code = kerr.InvalidRequest.Code
@@ -144,7 +144,7 @@ func handleFindCoordinator(s *Server, _ context.Context, rq *request) finishFunc
 				b, err := s.backend.Coordinator(ctx, key)
 				code = s.errorCode(err, "find coordinator", "group", key)
 				if code == 0 {
-					c.NodeID, c.Host, c.Port = b.ID, b.Host, b.Port
+					code = coordinatorAt(rq, b, &c)
 				}
 			}
 			c.ErrorCode = rq.note(code)
@@ -158,4 +158,16 @@ func handleFindCoordinator(s *Server, _ context.Context, rq *request) finishFunc
 		}
 		return resp
 	}
+}
+
+// coordinatorAt fills c with b's endpoint on the request's listener, or
+// answers COORDINATOR_NOT_AVAILABLE when b has no listener of that name
+// (clients ask again, as Kafka's do).
+func coordinatorAt(rq *request, b Node, c *kmsg.FindCoordinatorResponseCoordinator) int16 {
+	e, ok := b.Endpoint(rq.listener())
+	if !ok {
+		return kerr.CoordinatorNotAvailable.Code
+	}
+	c.NodeID, c.Host, c.Port = b.ID, e.Host, e.Port
+	return 0
 }

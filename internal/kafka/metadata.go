@@ -46,8 +46,12 @@ func (s *Server) metadata(ctx context.Context, rq *request, req *kmsg.MetadataRe
 		brokers = []Node{s.backend.Self()}
 	}
 	for _, b := range brokers {
+		e, ok := b.Endpoint(rq.listener())
+		if !ok {
+			continue // no listener of this connection's name there
+		}
 		rb := kmsg.NewMetadataResponseBroker()
-		rb.NodeID, rb.Host, rb.Port, rb.Rack = b.ID, b.Host, b.Port, b.Rack
+		rb.NodeID, rb.Host, rb.Port, rb.Rack = b.ID, e.Host, e.Port, b.Rack
 		resp.Brokers = append(resp.Brokers, rb)
 	}
 	clusterID := s.backend.ClusterID()

@@ -161,6 +161,12 @@ func (sec *Security) now() time.Time {
 type Listener struct {
 	net.Listener
 	Security Security
+	// Name is the listener's name (Kafka's listener names, as in
+	// listeners=EXTERNAL://…): Metadata, DescribeCluster and
+	// FindCoordinator answer a connection of this listener with the
+	// brokers' endpoints of the same name (Node.Listeners). Empty: the
+	// brokers' own Host and Port.
+	Name string
 }
 
 // saslPhase is where a connection is in Kafka's SASL state machine.

@@ -230,9 +230,10 @@ func (s *Server) ListenAndServe() error {
 // connections get its Security (sasl.go).
 func (s *Server) Serve(ln net.Listener) error {
 	var sec *Security
+	var name string
 	versions := &s.versions
 	if l, ok := ln.(*Listener); ok {
-		sec = &l.Security
+		sec, name = &l.Security, l.Name
 		if err := sec.Validate(); err != nil {
 			ln.Close()
 			return err
@@ -276,7 +277,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("kafka: accept: %w", err)
 		}
 		backoff = 0
-		s.startConn(nc, sec, versions)
+		s.startConn(nc, sec, name, versions)
 	}
 }
 
@@ -286,7 +287,7 @@ func (s *Server) isClosed() bool {
 	return s.closed
 }
 
-func (s *Server) startConn(nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 1]versionRange) {
+func (s *Server) startConn(nc net.Conn, sec *Security, listener string, versions *[kmsg.MaxKey + 1]versionRange) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -321,7 +322,7 @@ func (s *Server) startConn(nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 
 		nc.Close()
 		return
 	}
-	c := newConn(s, nc, sec, versions)
+	c := newConn(s, nc, sec, listener, versions)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -415,6 +416,15 @@ type request struct {
 	principal auth.Principal
 }
 
+// listener is the name of the listener the request came in through ("":
+// unnamed, or a request made without a connection).
+func (rq *request) listener() string {
+	if rq.conn == nil {
+		return ""
+	}
+	return rq.conn.listener
+}
+
 func (rq *request) note(code int16) int16 {
 	if rq.errCode == 0 {
 		rq.errCode = code
@@ -453,8 +463,11 @@ type inflight struct {
 // request: its listener's Security and API versions, and where its
 // authentication stands. Only the reader changes it.
 type connState struct {
-	remote   string
-	sec      *Security // nil: a plain net.Listener
+	remote string
+	sec    *Security // nil: a plain net.Listener
+	// listener is the name of the Listener the connection came in
+	// through ("": unnamed): which of the brokers' endpoints it is told.
+	listener string
 	versions *[kmsg.MaxKey + 1]versionRange
 	sasl     *saslConn // nil: no SASL on this listener
 	// tlsChecked: the client's certificate has been looked at (once the
@@ -799,14 +812,14 @@ type conn struct {
 	mutedUntil atomic.Int64
 }
 
-func newConn(s *Server, nc net.Conn, sec *Security, versions *[kmsg.MaxKey + 1]versionRange) *conn {
+func newConn(s *Server, nc net.Conn, sec *Security, listener string, versions *[kmsg.MaxKey + 1]versionRange) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
 		host = nc.RemoteAddr().String()
 	}
 	ctx = withClient(ctx, ClientInfo{Host: "/" + host}) // Kafka shows hosts as "/1.2.3.4"
-	state := connState{remote: nc.RemoteAddr().String(), sec: sec, versions: versions}
+	state := connState{remote: nc.RemoteAddr().String(), sec: sec, listener: listener, versions: versions}
 	if sec.SASL() {
 		state.sasl = &saslConn{sec: sec}
 	}

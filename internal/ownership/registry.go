@@ -16,11 +16,15 @@ import (
 // Member is one live broker's registration, the value of its key
 // BrokersPrefix + id, bound to the broker's session.
 type Member struct {
-	ID        int32     `json:"id"`
-	KafkaAddr string    `json:"kafkaAddr"`
-	HTTPAddr  string    `json:"httpAddr"`
-	Zone      string    `json:"zone,omitempty"`
-	Started   time.Time `json:"started"`
+	ID        int32  `json:"id"`
+	KafkaAddr string `json:"kafkaAddr"`
+	// KafkaListeners are the broker's advertised Kafka endpoints per
+	// listener name, when its listeners are named (KafkaAddr is one of
+	// them: the one brokers use among themselves).
+	KafkaListeners map[string]string `json:"kafkaListeners,omitempty"`
+	HTTPAddr       string            `json:"httpAddr"`
+	Zone           string            `json:"zone,omitempty"`
+	Started        time.Time         `json:"started"`
 }
 
 // sameIdentity: the same id at the same addresses (a restart of this broker).
