@@ -18,6 +18,7 @@ import (
 	"quire/internal/autorecovery"
 	"quire/internal/bookie/registry"
 	"quire/internal/meta"
+	"quire/internal/tlsconf"
 )
 
 // This file is autorecovery's command-line surface: `quire admin` (bookies,
@@ -26,6 +27,7 @@ import (
 
 type adminOptions struct {
 	metaEndpoints []string
+	metaTLS       tlsconf.ClientFiles // --meta-tls-*
 	timeout       time.Duration
 }
 
@@ -34,7 +36,7 @@ func (o *adminOptions) store() (meta.Store, error) {
 	if len(o.metaEndpoints) == 0 {
 		return nil, fmt.Errorf("admin: --meta-endpoints is required")
 	}
-	return meta.NewEtcd(meta.EtcdConfig{Endpoints: withScheme(o.metaEndpoints)})
+	return openMeta(o.metaEndpoints, o.metaTLS)
 }
 
 func newAdminCommand() *cobra.Command {
@@ -58,6 +60,7 @@ func newAdminCommand() *cobra.Command {
 	}
 	cmd.PersistentFlags().StringSliceVar(&o.metaEndpoints, "meta-endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints (host:port or URL), comma-separated")
 	cmd.PersistentFlags().DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after this long")
+	registerMetaClientTLS(cmd.PersistentFlags(), &o.metaTLS)
 	topics := newAdminTopicsCommand(&o)
 	addPulsarTopicVerbs(&o, topics) // admin_pulsar.go
 	cmd.AddCommand(newAdminBookiesCommand(&o), newAdminAutorecoveryCommand(&o),

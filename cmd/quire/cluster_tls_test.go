@@ -221,6 +221,16 @@ func TestClusterOverTLS(t *testing.T) {
 	produceConsumeKafka(t, kafkaAddr, "internal-tls", 50)
 	bookieRefusals(t, bookieAddrs[0], certs, other)
 	metaRefusals(t, clientAddr, certs, other)
+
+	// quire admin reads the cluster over etcd's TLS with the same flags,
+	// and gets nothing without them.
+	out, err := runQuire(t, append([]string{"admin", "bookies", "--meta-endpoints", clientAddr, "--timeout", "5s"}, metaClient...)...)
+	if err != nil || !strings.Contains(out, bookieAddrs[0]) {
+		t.Fatalf("quire admin bookies over etcd TLS: %v\n%s", err, out)
+	}
+	if out, err := runQuire(t, "admin", "bookies", "--meta-endpoints", clientAddr, "--timeout", "3s"); err == nil {
+		t.Fatalf("quire admin bookies without TLS to a TLS etcd succeeded:\n%s", out)
+	}
 }
 
 // TestStandaloneInternalTLS: a standalone whose embedded etcd and bookies
