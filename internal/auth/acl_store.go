@@ -24,19 +24,12 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"quire/internal/meta"
 )
 
 // ACLKeyPrefix is where the ACLs live in the metadata store.
 const ACLKeyPrefix = "/quire/auth/acls/"
-
-// Bounds of the watch loop's retries after the store fails.
-const (
-	aclRelistBackoffMin = 50 * time.Millisecond
-	aclRelistBackoffMax = 2 * time.Second
-)
 
 // storedACL is an ACL's value in the store.
 type storedACL struct {
@@ -127,7 +120,7 @@ func OpenACLStore(ctx context.Context, store meta.Store, log *slog.Logger) (*ACL
 	s.cancel = cancel
 	go func() {
 		defer close(s.done)
-		s.follow(runCtx, rev)
+		meta.Follow(runCtx, s.store, ACLKeyPrefix, rev, "ACLs", s.log, s.load, s.apply)
 	}()
 	return s, nil
 }
@@ -200,69 +193,6 @@ func (s *ACLStore) publishLocked() {
 	s.index.Store(newACLIndex(acls))
 	close(s.changed)
 	s.changed = make(chan struct{})
-}
-
-// follow watches the prefix from rev, listing again whenever the watch
-// ends, until ctx ends.
-func (s *ACLStore) follow(ctx context.Context, rev int64) {
-	backoff := aclRelistBackoffMin
-	for ctx.Err() == nil {
-		if rev == 0 {
-			r, err := s.load(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.log.Warn("listing ACLs failed; retrying", "err", err, "backoff", backoff)
-				if !sleepCtx(ctx, backoff) {
-					return
-				}
-				backoff = min(2*backoff, aclRelistBackoffMax)
-				continue
-			}
-			rev = r
-		}
-		delivered := false
-		wctx, cancel := context.WithCancel(ctx)
-		for resp := range s.store.Watch(wctx, ACLKeyPrefix, rev+1) {
-			if resp.Err != nil {
-				if !errors.Is(resp.Err, meta.ErrCompacted) && ctx.Err() == nil {
-					s.log.Warn("ACL watch ended; listing again", "err", resp.Err)
-				}
-				break
-			}
-			if len(resp.Events) > 0 {
-				s.apply(resp.Events)
-				rev = resp.Events[len(resp.Events)-1].Revision
-				delivered = true
-			}
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		// A watch that fails at once must not become a tight loop.
-		if !delivered {
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, aclRelistBackoffMax)
-		} else {
-			backoff = aclRelistBackoffMin
-		}
-		rev = 0 // whatever ended the watch, a fresh listing is correct
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // waitCopy waits until cond holds of the copy (under the lock) or ctx ends.

@@ -25,18 +25,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"quire/internal/meta"
 )
 
 // KeyPrefix is where quota configs live in the metadata store.
 const KeyPrefix = "/quire/quotas/"
-
-const (
-	relistBackoffMin = 50 * time.Millisecond
-	relistBackoffMax = 2 * time.Second
-)
 
 // storedEntity is an entity's value in the store. A nil name is the
 // default.
@@ -137,7 +131,7 @@ func Open(ctx context.Context, store meta.Store, log *slog.Logger) (*Store, erro
 	s.cancel = cancel
 	go func() {
 		defer close(s.done)
-		s.follow(runCtx, rev)
+		meta.Follow(runCtx, s.store, KeyPrefix, rev, "client quotas", s.log, s.load, s.apply)
 	}()
 	return s, nil
 }
@@ -238,66 +232,6 @@ func (s *Store) publishLocked() (*Snapshot, []func(*Snapshot)) {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	return snap, slices.Clone(s.onChange)
-}
-
-func (s *Store) follow(ctx context.Context, rev int64) {
-	backoff := relistBackoffMin
-	for ctx.Err() == nil {
-		if rev == 0 {
-			r, err := s.load(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.log.Warn("listing client quotas failed; retrying", "err", err, "backoff", backoff)
-				if !sleepCtx(ctx, backoff) {
-					return
-				}
-				backoff = min(2*backoff, relistBackoffMax)
-				continue
-			}
-			rev = r
-		}
-		delivered := false
-		wctx, cancel := context.WithCancel(ctx)
-		for resp := range s.store.Watch(wctx, KeyPrefix, rev+1) {
-			if resp.Err != nil {
-				if !errors.Is(resp.Err, meta.ErrCompacted) && ctx.Err() == nil {
-					s.log.Warn("client quota watch ended; listing again", "err", resp.Err)
-				}
-				break
-			}
-			if len(resp.Events) > 0 {
-				s.apply(resp.Events)
-				rev = resp.Events[len(resp.Events)-1].Revision
-				delivered = true
-			}
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if !delivered {
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, relistBackoffMax)
-		} else {
-			backoff = relistBackoffMin
-		}
-		rev = 0
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func (s *Store) waitCopy(ctx context.Context, rev int64) error {
