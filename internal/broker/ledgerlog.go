@@ -14,7 +14,10 @@ type ledgerLog struct {
 	ml *mlogclient.ManagedLedger
 }
 
-var _ partition.Log = ledgerLog{}
+var (
+	_ partition.Log                = ledgerLog{}
+	_ partition.ReadAheadForgetter = ledgerLog{}
+)
 
 func toPos(p mlog.Position) partition.Pos {
 	return partition.Pos{Segment: p.LedgerID, Entry: p.EntryID}
@@ -40,6 +43,9 @@ func (p ledgerPermit) Append(payload []byte) <-chan partition.AppendAck {
 }
 
 func (p ledgerPermit) Release() { p.p.Release() }
+
+// ForgetReaders implements partition.ReadAheadForgetter.
+func (l ledgerLog) ForgetReaders() { l.ml.ForgetReaders() }
 
 func (l ledgerLog) Read(ctx context.Context, from partition.Pos, max int) ([]partition.Entry, error) {
 	es, err := l.ml.Read(ctx, mlog.Position{LedgerID: from.Segment, EntryID: from.Entry}, max)

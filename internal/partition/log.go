@@ -74,6 +74,14 @@ type Rewriter interface {
 	Rewrites() uint64
 }
 
+// ReadAheadForgetter is a Log that reads ahead of sequential readers
+// (ledger mode's managed ledger). ForgetReaders drops what it fetched
+// ahead and the readers it follows: the partition's scan of its tail at
+// load reads like a reader behind the tail, and stops.
+type ReadAheadForgetter interface {
+	ForgetReaders()
+}
+
 // Permit is room for one append, taken by Log.Admit. Admission is apart
 // from submission so that a partition waits for room without holding its
 // lock, then assigns offsets and submits under it without waiting.

@@ -106,8 +106,13 @@ type Partition struct {
 	compactedSegs map[int64]bool
 	maxTs         int64
 	maxTsOff      int64
-	avgSize       int64
-	closing       bool
+	// readAvg is a running average of the sizes of the entries reads
+	// returned, to size the next read (see readAt). Not the appends': a
+	// reader behind the tail reads entries written at another rate (a
+	// backlog of large batches while a slow producer appends small ones),
+	// and every entry asked for and in no cache is read from the bookies.
+	readAvg int64
+	closing bool
 	// refreshing: a background RefreshStart is running (at most one).
 	refreshing bool
 	// refreshes counts background refreshes started (tests).
@@ -238,6 +243,12 @@ func (p *Partition) load(ctx context.Context) error {
 		last := es[len(es)-1].Pos
 		from = Pos{Segment: last.Segment, Entry: last.Entry + 1}
 	}
+	// The scan read like a consumer behind the tail and started the
+	// log's read-ahead, which would hold its share of the broker's
+	// read-ahead budget for a reader that never comes back.
+	if f, ok := p.cfg.Log.(ReadAheadForgetter); ok {
+		f.ForgetReaders()
+	}
 	return nil
 }
 
@@ -348,7 +359,6 @@ func (p *Partition) indexBatch(b Batch, pos Pos, size int32) {
 	if _, ok := p.firsts[pos.Segment]; !ok && pos.Entry == 0 {
 		p.firsts[pos.Segment] = b.BaseOffset
 	}
-	p.avgSize = (p.avgSize*7 + int64(size)) / 8
 }
 
 // Append implements kafka.Partition.
@@ -721,7 +731,7 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 		clear(p.firsts)
 	}
 	pos, found := p.locateIndexed(offset)
-	avg := p.avgSize
+	avg := p.readAvg
 	p.mu.Unlock()
 	if !found {
 		var err error
@@ -737,9 +747,9 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 	var lastPos Pos
 	for total < maxBytes || total == 0 {
 		// As many entries as the bytes still wanted hold at the average
-		// entry size; a few when it is not known yet (nothing appended
-		// since the partition was loaded): every entry asked for that is in
-		// no cache is read from the bookies, wanted or not.
+		// size of the entries read so far; a few when it is not known yet
+		// (nothing read since the partition was loaded): every entry asked
+		// for that is in no cache is read from the bookies, wanted or not.
 		n := unknownSizeEntries
 		if avg > 0 {
 			n = int(min(max(int64(maxBytes-total)/max(avg, 64)+1, 1), 1024))
@@ -768,12 +778,12 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 		}
 		if avg == 0 {
 			avg = int64(need / len(es))
-			p.mu.Lock()
-			if p.avgSize == 0 {
-				p.avgSize = avg
-			}
-			p.mu.Unlock()
+		} else {
+			avg = (avg*3 + int64(need/len(es))) / 4
 		}
+		p.mu.Lock()
+		p.readAvg = avg
+		p.mu.Unlock()
 		full := false
 		for _, e := range es {
 			b, err := ParseBatch(e.Payload)

@@ -27,7 +27,10 @@ type memLog struct {
 	hold    bool
 	held    []func()
 	reads   int
-	failing bool
+	// returned counts the entries Read returned; forgets the calls of
+	// ForgetReaders.
+	returned, forgets int
+	failing           bool
 	// segmentsGate, when set, holds every Segments call until closed;
 	// segmentsBusy counts the calls held, segmentsMaxBusy the most at once.
 	segmentsGate    chan struct{}
@@ -146,12 +149,20 @@ func (l *memLog) Read(_ context.Context, from Pos, max int) ([]Entry, error) {
 				continue
 			}
 			if len(out) == max {
+				l.returned += len(out)
 				return out, nil
 			}
 			out = append(out, Entry{Pos: pos, Payload: p})
 		}
 	}
+	l.returned += len(out)
 	return out, nil
+}
+
+func (l *memLog) ForgetReaders() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forgets++
 }
 
 func (l *memLog) Segments(ctx context.Context) ([]Segment, error) {
@@ -758,5 +769,75 @@ func TestTailStartBoundedByBytes(t *testing.T) {
 		if !ok || got != c.want {
 			t.Errorf("tailStart(n=%d, bytes=%d) = %v, %v; want %v", c.n, c.bytes, got, ok, c.want)
 		}
+	}
+}
+
+// TestCatchUpReadsAskForWhatTheyUse: a reader replaying a backlog of large
+// batches while a producer appends small ones asks the log for about as
+// many entries as its byte limit takes — every entry asked for and in no
+// cache is read from the bookies. Sizing reads by the appends' average
+// asked for hundreds of entries per read here (60× what each used).
+func TestCatchUpReadsAskForWhatTheyUse(t *testing.T) {
+	l := newMemLog()
+	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
+	p := openTest(t, l, store, nil)
+	const large, small = 40, 400
+	for i := range large {
+		appendOK(t, p, mkBatch(-1, -1, -1, 500, int64(i)))
+	}
+	for i := range small {
+		appendOK(t, p, mkBatch(-1, -1, -1, 1, int64(large+i)))
+	}
+	res, err := p.Read(context.Background(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := int32(len(res.Bytes())) // one large batch
+	l.mu.Lock()
+	before := l.returned
+	l.mu.Unlock()
+	used, reads := 0, 0
+	for from := int64(0); from < large*500; reads++ {
+		res, err := p.Read(context.Background(), from, 4*batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs, err := SplitBatches(res.Bytes())
+		if err != nil || len(bs) == 0 {
+			t.Fatalf("read at %d: %d batches, %v", from, len(bs), err)
+		}
+		used += len(bs)
+		b, _ := ParseBatch(bs[len(bs)-1])
+		from = b.LastOffset() + 1
+	}
+	l.mu.Lock()
+	asked := l.returned - before
+	l.mu.Unlock()
+	t.Logf("%d reads used %d entries and asked the log for %d", reads, used, asked)
+	if asked > used+2*reads {
+		t.Fatalf("asked the log for %d entries to use %d in %d reads", asked, used, reads)
+	}
+}
+
+// TestLoadScanForgetsItsReadAhead: the scan of the tail when a partition
+// is loaded reads like a consumer behind the tail; it tells the log to
+// drop what it read ahead for it, which would otherwise hold the broker's
+// read-ahead budget for a reader that never returns.
+func TestLoadScanForgetsItsReadAhead(t *testing.T) {
+	l := newMemLog()
+	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
+	p := openTest(t, l, store, nil)
+	for i := range 20 {
+		appendOK(t, p, mkBatch(-1, -1, -1, 2, int64(i)))
+	}
+	p.Close(context.Background())
+	l.mu.Lock()
+	before := l.forgets
+	l.mu.Unlock()
+	openTest(t, l, store, nil)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.forgets != before+1 {
+		t.Fatalf("load scan called ForgetReaders %d times, want 1", l.forgets-before)
 	}
 }

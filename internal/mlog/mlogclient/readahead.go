@@ -237,6 +237,17 @@ func (r *readAhead) reset() {
 	r.gen++
 }
 
+// ForgetReaders drops the read-ahead buffer and the readers it follows, for
+// a caller that read sequentially behind the tail and will not read on (a
+// partition's scan of its tail when it is loaded): their entries would
+// otherwise stay, holding the broker's read-ahead budget, until a reader
+// passed them. Fetches under way land nothing.
+func (t *ManagedLedger) ForgetReaders() {
+	if t.readAhead != nil {
+		t.readAhead.reset()
+	}
+}
+
 // generation is the count of resets.
 func (r *readAhead) generation() uint64 {
 	r.mu.Lock()
