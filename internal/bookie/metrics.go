@@ -29,6 +29,9 @@ type metrics struct {
 	readOnly           *prometheus.GaugeVec
 	noSpaceErrors      prometheus.Counter
 	gcReclaimedBytes   prometheus.Counter
+	entryLogReadBytes  prometheus.Counter
+	rangeReads         prometheus.Counter
+	rangeEntries       prometheus.Counter
 
 	registerer prometheus.Registerer
 	registered []prometheus.Collector
@@ -88,6 +91,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		gcReclaimedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bookie_gc_reclaimed_bytes_total", Help: "Entry-log bytes removed by garbage collection.",
 		}),
+		entryLogReadBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_entry_log_read_bytes_total", Help: "Bytes read from the entry logs (cache misses of entry and range reads).",
+		}),
+		rangeReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_range_reads_total", Help: "Ranged reads (several entries of a ledger in one request) served.",
+		}),
+		rangeEntries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_range_read_entries_total", Help: "Entries returned by ranged reads.",
+		}),
 	}
 	m.serverStatus.Set(1)
 	m.readOnly.WithLabelValues(reasonDiskUsage).Set(0)
@@ -99,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.queueDepth,
 		m.readCacheHits, m.readCacheMisses, m.ledgerDiskBytes, m.serverStatus,
 		m.diskUsage, m.diskFreeBytes, m.diskPredictedUsage, m.diskPredictedFree, m.diskWarn, m.readOnly,
-		m.noSpaceErrors, m.gcReclaimedBytes} {
+		m.noSpaceErrors, m.gcReclaimedBytes, m.entryLogReadBytes, m.rangeReads, m.rangeEntries} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, errors.Join(errors.New("bookie: register metrics"), err)

@@ -126,6 +126,7 @@ func (e *Engine) readFromLogs(k cacheKey) (cachedEntry, error) {
 	}
 	e.counters.entryLogReads.Add(1)
 	e.counters.entryLogReadBytes.Add(uint64(loc.size))
+	e.metrics.entryLogReadBytes.Add(float64(loc.size))
 	v, err := e.logs.read(loc, k)
 	if err != nil {
 		return cachedEntry{}, ioError("read entry log", err)
@@ -213,6 +214,7 @@ func (e *Engine) readAhead(k cacheKey, last int64, keys []cacheKey, values []cac
 		}
 		e.counters.entryLogReads.Add(1)
 		e.counters.entryLogReadBytes.Add(uint64(end - aheadLocs[i].offset))
+		e.metrics.entryLogReadBytes.Add(float64(end - aheadLocs[i].offset))
 		span, err := e.logs.readSpan(aheadLocs[i].logID, aheadLocs[i].offset, end-aheadLocs[i].offset)
 		if err != nil {
 			return keys, values

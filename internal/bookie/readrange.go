@@ -78,6 +78,8 @@ func (e *Engine) ReadRangeRecycled(ledgerID, firstEntryID int64, maxEntries, max
 	switch {
 	case len(rr.out) > 0:
 		e.counters.rangeReads.Add(1)
+		e.metrics.rangeReads.Inc()
+		e.metrics.rangeEntries.Add(float64(len(rr.out)))
 		e.counters.rangeEntries.Add(uint64(len(rr.out)))
 		e.counters.reads.Add(uint64(len(rr.out)))
 		return rr.out, release, nil // an error past the first entry is for the next request
@@ -191,6 +193,7 @@ func (e *Engine) rangeFromLogs(rr *rangeRead, next int64) (int64, error) {
 		}
 		e.counters.entryLogReads.Add(1)
 		e.counters.entryLogReadBytes.Add(uint64(end - locs[i].offset))
+		e.metrics.entryLogReadBytes.Add(float64(end - locs[i].offset))
 		span := e.spans.get(int(end - locs[i].offset))
 		rr.spans = append(rr.spans, span)
 		if err := e.logs.readSpanInto(locs[i].logID, locs[i].offset, span); err != nil {
