@@ -303,8 +303,14 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 			}
 			r.streams = append(r.streams[:oldest], r.streams[oldest+1:]...)
 		}
-		s = &readStream{fetchEnd: last}
-		r.streams = append(r.streams, s)
+		// A stream is read ahead of from its second read, which shows it
+		// sequential: one read somewhere in the log (a binary search's
+		// probe locating an offset, a seek, a lookup by timestamp) is not
+		// worth a window of fetches, and the probes of one search would
+		// each start one.
+		r.streams = append(r.streams, &readStream{next: next, from: from, fetchEnd: last, lastUsed: tick})
+		r.dropPassedLocked()
+		return fetchPlan{}, false
 	}
 	s.next, s.from, s.lastUsed = next, from, tick
 	r.dropPassedLocked()

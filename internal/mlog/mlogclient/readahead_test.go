@@ -271,3 +271,62 @@ func TestReadAheadNotHeldByAnIdleReader(t *testing.T) {
 		t.Fatalf("%d of %d entries read from the bookies: the idle reader's entries kept the replay from being read ahead", misses, n)
 	}
 }
+
+// TestReadAheadWaitsForASecondSequentialRead: reads one entry here and
+// there (the probes of a binary search for an offset) fetch nothing ahead;
+// the read that continues one of them starts the read-ahead. Each probe
+// used to start a fetch of a whole window: a consumer locating the start
+// of 16 partitions read gigabytes and stalled every producer for seconds.
+func TestReadAheadWaitsForASecondSequentialRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := startCluster(t)
+	cfg := config(t, srv, "a", mlog.Config{Rollover: mlog.RolloverPolicy{MaxEntries: 100_000}, Retention: keepAll})
+	cfg.ReadAheadBytes, cfg.ReadAheadBudget = 64<<10, NewReadAheadBudget(1<<20)
+	cfg.CacheEntries = 10
+	tp, err := Open(ctx, "tenant/ns/probes", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close(context.Background())
+	const n = 1000
+	for i := range n {
+		if _, err := tp.Append(ctx, payload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := tp.Ledgers(ctx)
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("ledgers: %v, %v", ls, err)
+	}
+	id := ls[0].ID
+	// A binary search's probes: never the entry after the previous one.
+	for lo, hi := int64(0), int64(n-1); lo < hi; {
+		mid := (lo + hi) / 2
+		es, err := tp.Read(ctx, mlog.Position{LedgerID: id, EntryID: mid}, 1)
+		if err != nil || len(es) != 1 || !bytes.Equal(es[0].Payload, payload(int(mid))) {
+			t.Fatalf("probe %d: %v, %v", mid, es, err)
+		}
+		if mid < 300 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if st, _ := tp.Stats(ctx); st.ReadAheadFetched != 0 {
+		t.Fatalf("probes fetched %d entries ahead", st.ReadAheadFetched)
+	}
+	// A reader from entry 300 on: its second read starts the read-ahead.
+	from := mlog.Position{LedgerID: id, EntryID: 300}
+	for range 2 {
+		es, err := tp.Read(ctx, from, 4)
+		if err != nil || len(es) != 4 {
+			t.Fatalf("read at %v: %d entries, %v", from, len(es), err)
+		}
+		from.EntryID += 4
+	}
+	testutil.WaitFor(t, "the sequential reader to be read ahead of", func() bool {
+		st, _ := tp.Stats(ctx)
+		return st.ReadAheadFetched > 0
+	})
+}
