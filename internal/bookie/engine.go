@@ -448,6 +448,7 @@ func (e *Engine) Add(req AddRequest, done func(err error)) {
 		if deadline.IsZero() {
 			deadline = start.Add(writeCacheWaitMax)
 			e.counters.writeCacheWaits.Add(1)
+			e.metrics.writeCacheWaits.Inc()
 		}
 		flushed := e.flushDone
 		e.mu.Unlock()

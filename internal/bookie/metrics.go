@@ -32,6 +32,7 @@ type metrics struct {
 	entryLogReadBytes  prometheus.Counter
 	rangeReads         prometheus.Counter
 	rangeEntries       prometheus.Counter
+	writeCacheWaits    prometheus.Counter
 
 	registerer prometheus.Registerer
 	registered []prometheus.Collector
@@ -97,6 +98,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rangeReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bookie_range_reads_total", Help: "Ranged reads (several entries of a ledger in one request) served.",
 		}),
+		writeCacheWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_write_cache_waits_total", Help: "Adds that waited for a checkpoint to free room in the write cache (both halves full: backpressure).",
+		}),
 		rangeEntries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bookie_range_read_entries_total", Help: "Entries returned by ranged reads.",
 		}),
@@ -111,7 +115,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.queueDepth,
 		m.readCacheHits, m.readCacheMisses, m.ledgerDiskBytes, m.serverStatus,
 		m.diskUsage, m.diskFreeBytes, m.diskPredictedUsage, m.diskPredictedFree, m.diskWarn, m.readOnly,
-		m.noSpaceErrors, m.gcReclaimedBytes, m.entryLogReadBytes, m.rangeReads, m.rangeEntries} {
+		m.noSpaceErrors, m.gcReclaimedBytes, m.entryLogReadBytes, m.rangeReads, m.rangeEntries, m.writeCacheWaits} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, errors.Join(errors.New("bookie: register metrics"), err)

@@ -53,6 +53,7 @@ var (
 // Defaults for Config's zero fields.
 const (
 	DefaultConnsPerBookie     = 1
+	DefaultReadConnsPerBookie = 1
 	DefaultMaxInFlightPerConn = 1000
 	DefaultDialTimeout        = 5 * time.Second
 	DefaultRedialBackoffMin   = 100 * time.Millisecond
@@ -67,6 +68,12 @@ type Config struct {
 	// ConnsPerBookie is how many connections to open to each bookie. Requests of one ledger
 	// always use the same connection, so a ledger's adds reach the bookie in order.
 	ConnsPerBookie int
+	// ReadConnsPerBookie is how many more connections to each bookie carry
+	// ranged reads (ReadRange), and nothing else: a catch-up reader's
+	// answers of megabytes then never queue ahead of add acknowledgements
+	// on one TCP stream (head-of-line blocking held produce latency back
+	// by hundreds of milliseconds). Default DefaultReadConnsPerBookie.
+	ReadConnsPerBookie int
 	// MaxInFlightPerConn bounds requests sent on a connection and not yet answered. When the
 	// window is full, callers wait: the synchronous methods until their context ends,
 	// AddAsync until AsyncTimeout.
@@ -110,6 +117,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.ConnsPerBookie <= 0 {
 		cfg.ConnsPerBookie = DefaultConnsPerBookie
+	}
+	if cfg.ReadConnsPerBookie <= 0 {
+		cfg.ReadConnsPerBookie = DefaultReadConnsPerBookie
 	}
 	if cfg.MaxInFlightPerConn <= 0 {
 		cfg.MaxInFlightPerConn = DefaultMaxInFlightPerConn
@@ -218,6 +228,13 @@ func (c *Client) Close() {
 
 // bookieConn returns the connection slot for requests about ledgerID (or any id).
 func (c *Client) bookieConn(addr string, ledgerID int64) (*bookieConn, error) {
+	return c.slot(addr, ledgerID, false)
+}
+
+// slot returns the connection slot for requests about ledgerID: one of the
+// ConnsPerBookie slots, or for ranged reads one of the ReadConnsPerBookie
+// slots after them.
+func (c *Client) slot(addr string, ledgerID int64, rangeRead bool) (*bookieConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -225,13 +242,16 @@ func (c *Client) bookieConn(addr string, ledgerID int64) (*bookieConn, error) {
 	}
 	conns := c.bookies[addr]
 	if conns == nil {
-		conns = make([]*bookieConn, c.cfg.ConnsPerBookie)
+		conns = make([]*bookieConn, c.cfg.ConnsPerBookie+c.cfg.ReadConnsPerBookie)
 		for i := range conns {
 			conns[i] = &bookieConn{c: c, addr: addr}
 		}
 		c.bookies[addr] = conns
 	}
-	return conns[uint64(ledgerID)%uint64(len(conns))], nil
+	if rangeRead {
+		return conns[c.cfg.ConnsPerBookie+int(uint64(ledgerID)%uint64(c.cfg.ReadConnsPerBookie))], nil
+	}
+	return conns[uint64(ledgerID)%uint64(c.cfg.ConnsPerBookie)], nil
 }
 
 // result is a response or the reason there is none.
@@ -245,7 +265,8 @@ func (c *Client) call(ctx context.Context, addr string, ledgerID int64, req *wir
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	bc, err := c.bookieConn(addr, ledgerID)
+	_, rangeRead := req.Body.(*wire.Request_BatchRead)
+	bc, err := c.slot(addr, ledgerID, rangeRead)
 	if err != nil {
 		return nil, err
 	}

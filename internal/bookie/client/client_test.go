@@ -774,3 +774,37 @@ func TestAddAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestRangeReadsHaveTheirOwnConnection: ranged reads go to a bookie on a
+// connection apart from adds (ReadConnsPerBookie), so a catch-up reader's
+// answers of megabytes never queue ahead of add acknowledgements on one
+// TCP stream.
+func TestRangeReadsHaveTheirOwnConnection(t *testing.T) {
+	b := startBookie(t, server.Config{})
+	var dials atomic.Int32
+	c := newClient(t, client.Config{Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}})
+	ctx := testContext(t)
+	for i := range int64(4) {
+		if err := c.Add(ctx, b.addr, client.AddRequest{LedgerID: 3, EntryID: i, LastAddConfirmed: i - 1, Payload: payloadOf(3, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d connections for adds, want 1", n)
+	}
+	for range 2 {
+		if es, err := c.ReadRange(ctx, b.addr, 3, 0, 4, 0); err != nil || len(es) != 4 {
+			t.Fatalf("range read: %d entries, %v", len(es), err)
+		}
+		if _, err := c.Read(ctx, b.addr, 3, 1, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dials.Load(); n != 2 {
+		t.Fatalf("%d connections after adds, entry reads and range reads, want 2 (one for range reads)", n)
+	}
+}

@@ -505,7 +505,13 @@ func (c *conn) batchRead(id uint64, r *wire.BatchReadRequest) outgoing {
 	if maxBytes <= 0 || maxBytes > maxFrame {
 		maxBytes = maxFrame
 	}
+	select {
+	case c.s.rangeReads <- struct{}{}:
+	case <-c.s.done:
+		return outgoing{resp: c.answer(&wire.Response{RequestId: id}, ErrServerClosed)}
+	}
 	entries, release, err := c.s.engine.ReadRange(r.GetLedgerId(), r.GetFirstEntryId(), maxEntries, maxBytes)
+	<-c.s.rangeReads
 	if err != nil {
 		if release != nil {
 			release()

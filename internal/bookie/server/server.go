@@ -77,12 +77,13 @@ type Engine interface {
 
 // Defaults for Config's zero fields.
 const (
-	DefaultMaxInFlightPerConn  = 10_000
-	DefaultMaxLongPollTimeout  = 60 * time.Second
-	DefaultMaxBatchReadEntries = 10_000
-	DefaultMaxConnections      = 4096
-	DefaultWriteTimeout        = 30 * time.Second
-	DefaultHandshakeTimeout    = 10 * time.Second
+	DefaultMaxInFlightPerConn      = 10_000
+	DefaultMaxLongPollTimeout      = 60 * time.Second
+	DefaultMaxBatchReadEntries     = 10_000
+	DefaultMaxConcurrentRangeReads = 2
+	DefaultMaxConnections          = 4096
+	DefaultWriteTimeout            = 30 * time.Second
+	DefaultHandshakeTimeout        = 10 * time.Second
 )
 
 // Config configures a Server. The zero value is usable: every zero field takes its default.
@@ -103,6 +104,11 @@ type Config struct {
 	MaxLongPollTimeout time.Duration
 	// MaxBatchReadEntries caps (and replaces a zero) max_entries of a batch read.
 	MaxBatchReadEntries int
+	// MaxConcurrentRangeReads bounds the batch reads the engine serves at
+	// once over every connection (default DefaultMaxConcurrentRangeReads);
+	// more wait their turn. A few sequential reads keep the disk busy; more
+	// only add runnable goroutines that delay the journal's.
+	MaxConcurrentRangeReads int
 	// MaxConnections bounds open connections; further ones are closed when accepted.
 	MaxConnections int
 	// WriteTimeout bounds one write of responses to a connection; a client that does not
@@ -137,6 +143,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.MaxBatchReadEntries <= 0 {
 		cfg.MaxBatchReadEntries = DefaultMaxBatchReadEntries
 	}
+	if cfg.MaxConcurrentRangeReads <= 0 {
+		cfg.MaxConcurrentRangeReads = DefaultMaxConcurrentRangeReads
+	}
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
@@ -160,6 +169,8 @@ type Server struct {
 	metrics *metrics
 
 	done chan struct{} // closed by Close
+	// rangeReads holds a token per batch read being served by the engine.
+	rangeReads chan struct{}
 
 	mu        sync.Mutex
 	closed    bool
@@ -174,13 +185,14 @@ type Server struct {
 func New(cfg Config, engine Engine) *Server {
 	cfg = cfg.withDefaults()
 	return &Server{
-		cfg:       cfg,
-		engine:    engine,
-		log:       cfg.Logger.With("component", "bookie-server"),
-		metrics:   newMetrics(cfg.Registerer),
-		done:      make(chan struct{}),
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[*conn]struct{}),
+		cfg:        cfg,
+		engine:     engine,
+		log:        cfg.Logger.With("component", "bookie-server"),
+		metrics:    newMetrics(cfg.Registerer),
+		done:       make(chan struct{}),
+		rangeReads: make(chan struct{}, cfg.MaxConcurrentRangeReads),
+		listeners:  make(map[net.Listener]struct{}),
+		conns:      make(map[*conn]struct{}),
 	}
 }
 

@@ -687,3 +687,68 @@ func TestBatchReadLarge(t *testing.T) {
 		return lent == len(firsts) && released == len(firsts)
 	})
 }
+
+// gatedEngine holds every ReadRange until its gate closes, counting how
+// many are inside at once.
+type gatedEngine struct {
+	*memengine.Engine
+	gate    chan struct{}
+	mu      sync.Mutex
+	in, max int
+}
+
+func (e *gatedEngine) ReadRange(ledgerID, first int64, maxEntries, maxBytes int) ([]server.Entry, func(), error) {
+	e.mu.Lock()
+	e.in++
+	e.max = max(e.max, e.in)
+	e.mu.Unlock()
+	<-e.gate
+	e.mu.Lock()
+	e.in--
+	e.mu.Unlock()
+	return e.Engine.ReadRange(ledgerID, first, maxEntries, maxBytes)
+}
+
+func (e *gatedEngine) inside() (in, most int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.in, e.max
+}
+
+// TestConcurrentRangeReadsBounded: batch reads from several connections
+// wait for their turn at MaxConcurrentRangeReads, and adds are answered
+// meanwhile; every read is answered once the engine lets them through.
+func TestConcurrentRangeReadsBounded(t *testing.T) {
+	eng := &gatedEngine{Engine: memengine.New(), gate: make(chan struct{})}
+	addr, _ := startServer(t, server.Config{MaxConcurrentRangeReads: 2}, eng)
+	var open sync.Once
+	release := func() { open.Do(func() { close(eng.gate) }) }
+	t.Cleanup(release) // before the server closes: it waits for its reads
+	writer := dialRaw(t, addr)
+	for i := range int64(10) {
+		if resp := writer.call(addReq(uint64(i+1), 4, i, i-1, "entry")); resp.GetStatus() != wire.Status_OK {
+			t.Fatal(resp)
+		}
+	}
+	var readers []*rawConn
+	for i := range 6 {
+		rc := dialRaw(t, addr)
+		rc.send(&wire.Request{RequestId: uint64(100 + i), Body: &wire.Request_BatchRead{BatchRead: &wire.BatchReadRequest{LedgerId: 4, FirstEntryId: int64(i)}}})
+		readers = append(readers, rc)
+	}
+	testutil.WaitFor(t, "two range reads inside the engine", func() bool { in, _ := eng.inside(); return in == 2 })
+	// Adds do not wait for the reads.
+	if resp := writer.call(addReq(50, 4, 10, 9, "more")); resp.GetStatus() != wire.Status_OK {
+		t.Fatal(resp)
+	}
+	release()
+	for i, rc := range readers {
+		resp := rc.recv()
+		if resp.GetStatus() != wire.Status_OK || resp.GetBatchRead().GetEntries()[0].GetEntryId() != int64(i) {
+			t.Fatalf("reader %d: %v", i, resp)
+		}
+	}
+	if _, most := eng.inside(); most != 2 {
+		t.Fatalf("%d range reads inside the engine at once, want at most (and here exactly) 2", most)
+	}
+}
