@@ -877,6 +877,12 @@ func (p *Partition) locateLog(ctx context.Context, offset int64) (Pos, error) {
 		return Pos{}, kerr.OffsetOutOfRange
 	}
 	s := segs[i]
+	// A consumer from the earliest offset (or any segment's first) asks
+	// for the first batch: no search through the entries, each a read
+	// from the bookies in no cache yet.
+	if f, err := p.firstOffset(ctx, s); err == nil && f == offset {
+		return Pos{Segment: s.ID}, nil
+	}
 	e := sort.Search(int(s.Entries), func(e int) bool {
 		if searchErr != nil {
 			return true

@@ -20,13 +20,13 @@ import (
 // memLog is an in-memory Log: segments of entries, acks at once (or held
 // back), trimming and failure on demand.
 type memLog struct {
-	mu      sync.Mutex
-	segs    []memSeg
-	nextID  int64
-	done    chan struct{}
-	hold    bool
-	held    []func()
-	reads   int
+	mu     sync.Mutex
+	segs   []memSeg
+	nextID int64
+	done   chan struct{}
+	hold   bool
+	held   []func()
+	reads  int
 	// returned counts the entries Read returned; forgets the calls of
 	// ForgetReaders.
 	returned, forgets int
@@ -839,5 +839,36 @@ func TestLoadScanForgetsItsReadAhead(t *testing.T) {
 	defer l.mu.Unlock()
 	if l.forgets != before+1 {
 		t.Fatalf("load scan called ForgetReaders %d times, want 1", l.forgets-before)
+	}
+}
+
+// TestReadFromTheStartSearchesNoEntries: a consumer from the earliest
+// offset of a reloaded partition (its index covers only the tail) finds
+// the first batch without a binary search through the segment's entries,
+// each a read of an entry from the bookies in no cache.
+func TestReadFromTheStartSearchesNoEntries(t *testing.T) {
+	l := newMemLog()
+	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
+	p := openTest(t, l, store, nil)
+	for i := range 1000 {
+		appendOK(t, p, mkBatch(-1, -1, -1, 1, int64(i)))
+	}
+	p.Close(context.Background())
+	q := openTest(t, l, store, func(c *Config) { c.ScanBack = 50 })
+	l.mu.Lock()
+	before := l.reads
+	l.mu.Unlock()
+	res, err := q.Read(context.Background(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := ParseBatch(res.Bytes()); b.BaseOffset != 0 {
+		t.Fatalf("read from 0 returned the batch at %d", b.BaseOffset)
+	}
+	l.mu.Lock()
+	reads := l.reads - before
+	l.mu.Unlock()
+	if reads > 2 { // the segment's first batch, then the read itself
+		t.Fatalf("%d log reads to read from the start of a 1,000-entry segment", reads)
 	}
 }
