@@ -595,13 +595,18 @@ vmhwm() {
 	[[ -n $kb ]] && echo $((kb / 1024)) || echo -
 }
 
-# restart_quire TOPIC OUT: restarts the standalone process on the same data
-# (its caches start empty) and waits until TOPIC answers (backlog, which sets
-# bl_n). If the standalone does not come back, or exits before TOPIC answers
-# (as it does when its broker loses its metadata session while loading the
-# partitions on a loaded machine), it tries once more; each failure is noted.
+# restart_quire TOPIC OUT [OTHER...]: restarts the standalone process on the
+# same data (its caches start empty) and waits until TOPIC answers (backlog,
+# which sets bl_n), and then each OTHER topic: the brokers load every
+# partition of the bundles they take, and a catch-up measured while another
+# topic's partitions still load measures the loads too (Kafka is not
+# restarted). If the standalone does not come back, or exits before TOPIC
+# answers (as it does when its broker loses its metadata session while
+# loading the partitions on a loaded machine), it tries once more; each
+# failure is noted.
 restart_quire() {
-	local topic=$1 out=$2 try
+	local topic=$1 out=$2 try other n
+	shift 2
 	for try in 1 2; do
 		log "quire: restarting standalone (empty caches)"
 		stop_quire
@@ -610,6 +615,11 @@ restart_quire() {
 			continue
 		fi
 		if backlog "$quire_kafka" "$topic" "$out"; then
+			n=$bl_n
+			for other; do
+				backlog "$quire_kafka" "$other" "$out.$other" || note "$qcfg" "restart $try: $other did not answer ListOffsets"
+			done
+			bl_n=$n
 			log "quire: standalone VmHWM after restart and probe $(vmhwm) MiB"
 			return 0
 		fi
@@ -745,7 +755,7 @@ read_phase() {
 		parse_produce "$work/$name-1p-produce.out"
 		((rc == 0)) || note "$name" "single-partition produce: exit $rc, ${p_records:-no} records acknowledged"
 		rd_single[$name]=fail
-		if is_quire "$name" && ! restart_quire "$t1" "$work/$name-1p-backlog.out"; then
+		if is_quire "$name" && ! restart_quire "$t1" "$work/$name-1p-backlog.out" "$topic"; then
 			ok=0
 		elif ! is_quire "$name" && ! backlog "$brokers" "$t1" "$work/$name-1p-backlog.out"; then
 			note "$name" "$t1 did not answer ListOffsets: $(tail -1 "$work/$name-1p-backlog.out.err" | cut -c1-100)"

@@ -66,7 +66,7 @@ func (b *ReadAheadBudget) give(n int64) {
 
 // Defaults of the read-ahead.
 const (
-	DefaultReadAheadBytes = 8 << 20
+	DefaultReadAheadBytes = 32 << 20
 	// readAheadStreams is how many sequential readers of one managed
 	// ledger are followed at once (consumer groups reading one partition).
 	readAheadStreams = 4
