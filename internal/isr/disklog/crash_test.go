@@ -140,10 +140,19 @@ type crashRun struct {
 	midOp   *midOpFS
 }
 
-func runCrashSeed(seed int64, hooks testHooks, ops int, enospc, corrupt bool, percents []int) crashResult {
+func runCrashSeed(seed int64, hooks testHooks, ops int, enospc, corrupt bool, percents []int) (res crashResult) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x51444c31))
 	mem := vfs.NewCrashableMem()
 	r := &crashRun{seed: seed, rng: rng, mem: mem, epoch: 1, corrupt: corrupt, nowMs: 1_000_000}
+	// Under -tags invariants a log that recovered a broken state (a
+	// mutant's) panics in its invariant checks: a violation to report for
+	// the seed, like the checker's own, not a crash of the whole test.
+	defer func() {
+		if p := recover(); p != nil {
+			r.violate("seed %d point %d: panic: %v", seed, r.res.points, p)
+			res = r.res
+		}
+	}()
 	var fs vfs.FS = mem
 	if enospc {
 		r.faults = newFaultFS(mem, uint64(seed))
