@@ -292,8 +292,9 @@ func newAdminTopicsCommand(o *adminOptions) *cobra.Command {
 // topic's partitions from their records (isr.PartitionKey): leader ("none"
 // without one, as Kafka prints it), replicas, ISR, ELR and last known ELR
 // (KIP-966), leader epoch, under-replicated (ISR smaller than the
-// replicas) and the offline replicas (no live registration under
-// isr.BrokerPrefix); a ledger-mode topic's from nothing more than its
+// replicas, or than a reassignment's target), the offline replicas (no
+// live registration under isr.BrokerPrefix) and a reassignment's adding
+// and removing replicas while one is in progress; a ledger-mode topic's from nothing more than its
 // record (its partitions' owner is its bundle's: `quire admin namespaces
 // bundles`).
 func describeTopic(ctx context.Context, w io.Writer, store meta.Store, t catalog.Topic) error {
@@ -351,8 +352,13 @@ func describeTopic(ctx context.Context, w io.Writer, store meta.Store, t catalog
 		if st.Leader != isr.NoLeader {
 			leader = strconv.Itoa(int(st.Leader))
 		}
-		fmt.Fprintf(w, "\tTopic: %s\tPartition: %d\tLeader: %s\tReplicas: %s\tIsr: %s\tElr: %s\tLastKnownElr: %s\tLeaderEpoch: %d\tUnderReplicated: %v\tOffline: %s\n",
-			t.Name, i, leader, ids(st.Replicas), ids(st.ISRIDs()), ids(elr), ids(st.LastKnownELR), st.LeaderEpoch, len(st.ISR) < len(st.Replicas), ids(offline))
+		fmt.Fprintf(w, "\tTopic: %s\tPartition: %d\tLeader: %s\tReplicas: %s\tIsr: %s\tElr: %s\tLastKnownElr: %s\tLeaderEpoch: %d\tUnderReplicated: %v\tOffline: %s",
+			t.Name, i, leader, ids(st.Replicas), ids(st.ISRIDs()), ids(elr), ids(st.LastKnownELR), st.LeaderEpoch, len(st.ISR) < len(st.TargetReplicas()), ids(offline))
+		if st.Reassigning() {
+			// As kafka-topics prints a reassignment in progress (KIP-455).
+			fmt.Fprintf(w, "\tAdding Replicas: %s\tRemoving Replicas: %s", ids(st.AddingReplicas), ids(st.RemovingReplicas))
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
 }

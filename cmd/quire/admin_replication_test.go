@@ -45,7 +45,7 @@ func TestAdminReplicationAndDescribe(t *testing.T) {
 	if _, err := cat.CreateTopic(ctx, "acme/orders", "old", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 3, nil, catalog.ModeISR, 3); err != nil {
+	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 4, nil, catalog.ModeISR, 3); err != nil {
 		t.Fatal(err)
 	}
 	st := isr.PartitionState{Partition: "new-0", Replicas: []isr.BrokerID{1, 2, 3}, Leader: 2, LeaderEpoch: 4,
@@ -59,6 +59,13 @@ func TestAdminReplicationAndDescribe(t *testing.T) {
 	if _, err := store.Create(ctx, isr.PartitionKey("new-1"), st1.Marshal()); err != nil {
 		t.Fatal(err)
 	}
+	// Partition 2 moves from (1,2,3) to (4,2,3): a reassignment in progress.
+	st2 := isr.PartitionState{Partition: "new-2", Replicas: []isr.BrokerID{4, 2, 3, 1}, Leader: 2, LeaderEpoch: 1,
+		ISR:            []isr.Member{{ID: 2, BrokerEpoch: 1}, {ID: 3, BrokerEpoch: 1}, {ID: 4, BrokerEpoch: 1}},
+		AddingReplicas: []isr.BrokerID{4}, RemovingReplicas: []isr.BrokerID{1}}
+	if _, err := store.Create(ctx, isr.PartitionKey("new-2"), st2.Marshal()); err != nil {
+		t.Fatal(err)
+	}
 	// Brokers 2 and 3 are registered (live); 1 is not.
 	for _, id := range []isr.BrokerID{2, 3} {
 		if _, err := store.Create(ctx, isr.BrokerKey(id), isr.Registration{ID: id}.Marshal()); err != nil {
@@ -70,10 +77,11 @@ func TestAdminReplicationAndDescribe(t *testing.T) {
 		t.Fatalf("topics:\n%s", out)
 	}
 	out = runAdmin(t, "topics", "describe", "acme/orders", "new", m)
-	for _, want := range []string{"PartitionCount: 3\tReplicationFactor: 3\tMode: isr",
+	for _, want := range []string{"PartitionCount: 4\tReplicationFactor: 3\tMode: isr",
 		"Topic: new\tPartition: 0\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3\tElr: 1\tLastKnownElr: \tLeaderEpoch: 4\tUnderReplicated: true\tOffline: 1",
 		"Topic: new\tPartition: 1\tLeader: none\tReplicas: 2,3,1\tIsr: \tElr: 3\tLastKnownElr: 2\tLeaderEpoch: 7\tUnderReplicated: true\tOffline: 1",
-		"Partition: 2\t(no record yet)"} {
+		"Topic: new\tPartition: 2\tLeader: 2\tReplicas: 4,2,3,1\tIsr: 2,3,4\tElr: \tLastKnownElr: \tLeaderEpoch: 1\tUnderReplicated: false\tOffline: 4,1\tAdding Replicas: 4\tRemoving Replicas: 1",
+		"Partition: 3\t(no record yet)"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("describe lacks %q:\n%s", want, out)
 		}

@@ -54,6 +54,7 @@ type brokerFlags struct {
 	producerExpiry    time.Duration
 	connBytes         int64
 	isr               broker.ISRConfig      // ISR mode (--isr-data-dir; standalone_isr.go)
+	replicaSelector   string                // --kafka-replica-selector, into isr.ReplicaSelector
 	registerer        prometheus.Registerer // nil: prometheus.DefaultRegisterer
 	pulsarMaxMessage  int
 	pulsarKeyRing     bool
@@ -96,6 +97,7 @@ func (b *brokerFlags) register(cmd *cobra.Command, pulsarAddr string) {
 	f.StringVar(&b.isrTLS.CA, "isr-tls-ca", "", "ISR mode: PEM CA certificates: followers fetch from leaders' Kafka listeners over TLS, trusting these (for leaders with --kafka-tls-cert)")
 	f.StringVar(&b.isrTLS.Cert, "isr-tls-client-cert", "", "ISR mode: PEM certificate followers present to leaders' Kafka listeners that require client certificates (--kafka-tls-client-ca); its principal must be a super user with --kafka-authorizer")
 	f.StringVar(&b.isrTLS.Key, "isr-tls-client-key", "", "ISR mode: PEM private key of --isr-tls-client-cert")
+	f.StringVar(&b.replicaSelector, "kafka-replica-selector", broker.SelectLeader.String(), "ISR mode: replica.selector.class (KIP-392 follower fetching): leader (Kafka's default: consumers read from partition leaders) or rack-aware (a consumer whose client.rack is not the leader's zone is sent to an in-sync follower in its zone, if any)")
 }
 
 // listen listens on addr, with TLS when files says so.
@@ -125,6 +127,9 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 	}
 	if b.isr.FetchTLS, err = clientTLS("isr fetcher", b.isrTLS); err != nil {
 		return nil, nil, err
+	}
+	if b.isr.ReplicaSelector, err = broker.ParseReplicaSelector(b.replicaSelector); err != nil {
+		return nil, nil, fmt.Errorf("--kafka-replica-selector: %w", err)
 	}
 	ln, kafkaAdvertised, extraKafka, err := b.listenKafka(security)
 	if err != nil {

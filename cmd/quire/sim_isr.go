@@ -25,7 +25,8 @@ a producer per partition (acks 0, 1, all or mixed) and a consumer reading below 
 over a network with delay and loss. Configurations drawn per seed: RF, min.insync.replicas,
 acks, unclean election, ELR, flush policy, replica.lag.time.max.ms. Faults drawn per seed:
 crashes (keeping or losing the page cache, sometimes all replicas at once), pauses (a
-zombie leader), slow followers, and the seed's network partitions NP1-NP8.
+zombie leader), slow followers, and the seed's network partitions NP1-NP8; about a third
+of the seeds also reassign a partition to other brokers among them (sometimes cancelled).
 
 Checkers: (a) no acks=all record is lost unless the configuration permits it (an unclean
 election, or at least min.insync.replicas brokers losing their page cache at once);

@@ -21,10 +21,11 @@ import (
 // quire standalone --mode isr: the one-command way to try ISR mode, like a
 // local three-node Kafka: --brokers brokers in the one process (Kafka on
 // --kafka-addr and the next ports: 9092, 9093, 9094 by default), broker N
-// with id N, zone zN (so replicas spread as over racks) and its replicas
-// under DATA-DIR/broker-N/isr; the Kafka namespace in ISR mode with a
-// replication factor of min(3, brokers) and min.insync.replicas of
-// min(2, brokers). The first broker serves Pulsar, owns the bundles (the
+// with id N, zone zN (so replicas spread as over racks, and with
+// --kafka-replica-selector rack-aware a consumer with client.rack zN reads
+// from broker N's replicas) and its replicas under DATA-DIR/broker-N/isr;
+// the Kafka namespace in ISR mode with a replication factor of
+// min(3, brokers) and min.insync.replicas of min(2, brokers). The first broker serves Pulsar, owns the bundles (the
 // ledger-mode topics and consumer groups; no handoff unless
 // --bundle-handoff-after says) and is the one the HTTP server reports on. Without --mode the standalone is one ledger-mode
 // broker, as before.

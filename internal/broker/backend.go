@@ -331,7 +331,7 @@ func (b *Broker) AlterTopicConfigs(ctx context.Context, name string, ops []kafka
 				}
 				cfgs[op.Name] = *op.Value
 			case kmsg.IncrementalAlterConfigOpDelete:
-				if _, ok := topicConfigs[op.Name]; !ok {
+				if _, ok := topicConfigs[op.Name]; !ok && throttledReplicasConfigs[op.Name] == "" {
 					return fmt.Errorf("%w: unknown topic config %q", kerr.InvalidConfig, op.Name)
 				}
 				delete(cfgs, op.Name)
@@ -369,6 +369,9 @@ func (b *Broker) BrokerConfigs(ctx context.Context) ([]kafka.ConfigEntry, error)
 		return nil, err
 	}
 	cs := brokerConfigs(b.cfg.AutoCreateTopics, b.cfg.DefaultPartitions, b.cfg.MaxMessageBytes, pol)
+	if b.isr != nil {
+		cs = append(cs, b.throttleEntries(ctx)...) // isr_throttle.go: the dynamic ones
+	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
 	return cs, nil
 }

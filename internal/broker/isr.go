@@ -41,7 +41,9 @@ import (
 // to answer Metadata with each partition's real leader, replicas, ISR and
 // leader epoch, and to route a produce or fetch to the replica here (it
 // must lead the partition; NOT_LEADER_OR_FOLLOWER otherwise, so the client
-// refreshes its metadata).
+// refreshes its metadata — but a follower serves a consumer's Fetch v11+
+// up to its HW, and a leader may send a consumer to a follower in its
+// rack: KIP-392, isr_readreplica.go).
 //
 // What it decides is only where things go: which brokers a new partition's
 // replicas are on (rack-aware, by Zone). Leadership, the ISR and the HW
@@ -77,6 +79,14 @@ type ISRConfig struct {
 	// require mutual TLS; its principal must be a super user when the
 	// leaders run --kafka-authorizer). nil: plaintext.
 	FetchTLS *tls.Config
+	// ReplicaSelector is replica.selector.class (KIP-392,
+	// isr_readreplica.go): which replica the leaders here send a consumer
+	// to read from; zero: the leader itself (Kafka's default).
+	ReplicaSelector ReplicaSelector
+	// ThrottleWindow samples the replication throttle's rates: Kafka's
+	// replication.quota.window.num × replication.quota.window.size.seconds
+	// (zero: 11 × 1 s; isr_throttle.go).
+	ThrottleWindow isrnode.ThrottleWindow
 }
 
 // isrSide is a broker's ISR mode.
@@ -90,6 +100,11 @@ type isrSide struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// lagTimeMax is replica.lag.time.max.ms as the replicas here apply it.
+	lagTimeMax time.Duration
+	// reads counts follower fetching (isr_readreplica.go) for the metrics.
+	reads readReplicaCounters
 
 	mu      sync.Mutex
 	records map[string]isr.PartitionState // every partition record, by isr partition name
@@ -116,7 +131,8 @@ func (b *Broker) startISR(ctx context.Context) error {
 	if r := pol.Replication.WithDefaults(); r.IsISR() {
 		minISR, unclean = int(r.MinInSyncReplicas), r.UncleanLeaderElection
 	}
-	s := &isrSide{b: b, client: isrctl.Client{Store: b.cfg.Store}, records: map[string]isr.PartitionState{}, ensuring: map[string]bool{}}
+	s := &isrSide{b: b, client: isrctl.Client{Store: b.cfg.Store}, records: map[string]isr.PartitionState{}, ensuring: map[string]bool{},
+		lagTimeMax: cmp.Or(c.LagTimeMax, defaultLagTimeMax)}
 	s.ctx, s.cancel = context.WithCancel(b.ctx)
 	if !c.NoController {
 		s.ctl = isrctl.Start(isrctl.Config{Store: b.cfg.Store, Name: strconv.Itoa(int(b.ID())), SessionTTL: c.SessionTTL,
@@ -125,7 +141,7 @@ func (b *Broker) startISR(ctx context.Context) error {
 	s.mgr, err = isrnode.Start(isrnode.Config{
 		Broker: isr.BrokerID(b.ID()), Store: b.cfg.Store, Controller: s.client, Resolve: b.kafkaAddrOf,
 		Dir: filepath.Clean(c.Dir), Replica: isr.ReplicaConfig{MinISR: minISR, LagTimeMax: c.LagTimeMax},
-		SessionTTL: c.SessionTTL, FetchTLS: c.FetchTLS, Logger: b.cfg.Logger,
+		SessionTTL: c.SessionTTL, FetchTLS: c.FetchTLS, ThrottleWindow: c.ThrottleWindow, Logger: b.cfg.Logger,
 	})
 	if err != nil {
 		if s.ctl != nil {
@@ -147,6 +163,7 @@ func (b *Broker) startISR(ctx context.Context) error {
 		defer s.wg.Done()
 		s.watchRecords()
 	}()
+	s.startThrottle() // isr_throttle.go
 	b.log.Info("isr mode on", "dir", c.Dir, "minISR", minISR, "controllerCandidate", s.ctl != nil)
 	return nil
 }
@@ -278,6 +295,12 @@ func (b *Broker) isrTopicInfo(rec catalog.Topic) kafka.TopicInfo {
 // partition: handled is false when it is not one (as far as the records
 // here know; a ledger-mode load refuses a topic whose record says ISR).
 func (b *Broker) isrPartition(topic string, idx int32) (p kafka.Partition, handled bool, err error) {
+	return b.isrReplica(topic, idx, false)
+}
+
+// isrReplica is isrPartition that, with followerReads (a consumer's Fetch
+// v11+, KIP-392), also answers with the replica here when it follows.
+func (b *Broker) isrReplica(topic string, idx int32, followerReads bool) (p kafka.Partition, handled bool, err error) {
 	s := b.isr
 	if s == nil {
 		return nil, false, nil
@@ -287,10 +310,13 @@ func (b *Broker) isrPartition(topic string, idx int32) (p kafka.Partition, handl
 		return nil, false, nil
 	}
 	st, err := s.mgr.Status(name)
-	if err != nil || st.Role != isr.RoleLeader {
-		return nil, true, kerr.NotLeaderForPartition
+	switch {
+	case err == nil && st.Role == isr.RoleLeader:
+		return &isrPartition{m: s.mgr, s: s, name: name}, true, nil
+	case err == nil && st.Role == isr.RoleFollower && followerReads:
+		return &isrPartition{m: s.mgr, s: s, name: name, follower: true}, true, nil
 	}
-	return &isrPartition{m: s.mgr, name: name}, true, nil
+	return nil, true, kerr.NotLeaderForPartition
 }
 
 // createTopic creates a topic in the namespace's mode: ISR topics get their
@@ -400,6 +426,10 @@ func validateISRConfigs(cfgs map[string]string) error {
 			if _, err := strconv.ParseBool(v); err != nil {
 				return fmt.Errorf("%w: unclean.leader.election.enable %q", kerr.InvalidConfig, v)
 			}
+		case leaderThrottledReplicas, followerThrottledReplica: // isr_throttle.go
+			if err := validateThrottledReplicas(k, v); err != nil {
+				return err
+			}
 		case "cleanup.policy":
 			if v != "delete" {
 				return fmt.Errorf("%w: cleanup.policy %q: ISR-mode topics are not compacted yet", kerr.InvalidConfig, v)
@@ -432,6 +462,15 @@ func isrDescribeConfigs(rec catalog.Topic, pol catalog.Policies) []kafka.ConfigE
 			e.Value, e.Source = ptr(v), kmsg.ConfigSourceDynamicTopicConfig
 		} else {
 			e.Value, e.Default, e.Source = ptr(strconv.FormatInt(math.MaxInt64, 10)), true, kmsg.ConfigSourceDefaultConfig
+		}
+		out = append(out, e)
+	}
+	for _, k := range slices.Sorted(maps.Keys(throttledReplicasConfigs)) { // isr_throttle.go
+		e := kafka.ConfigEntry{Name: k, Type: kmsg.ConfigTypeList, Doc: ptr(throttledReplicasConfigs[k])}
+		if v, ok := rec.Configs[k]; ok {
+			e.Value, e.Source = ptr(v), kmsg.ConfigSourceDynamicTopicConfig
+		} else {
+			e.Value, e.Default, e.Source = ptr(""), true, kmsg.ConfigSourceDefaultConfig
 		}
 		out = append(out, e)
 	}

@@ -10,13 +10,18 @@ import (
 // Prometheus' JMX exporter spells Kafka's MBeans): the replica manager's
 // partition, leader and under-replicated counts and its ISR shrinks and
 // expands, and, from the active controller only (as in Kafka), the offline
-// partitions and the active-controller count.
+// partitions and the active-controller count; and follower fetching
+// (KIP-392, which Kafka has no metric of its own for) under Quire's names:
+// what followers here served to consumers, and how often the leaders here
+// sent a consumer to another replica.
 type isrCollector struct {
 	s *isrSide
 
 	partitions, leaders, underReplicated *prometheus.Desc
 	shrinks, expands                     *prometheus.Desc
 	activeController, offline            *prometheus.Desc
+	followerBytes, followerRecords       *prometheus.Desc
+	redirects                            *prometheus.Desc
 }
 
 func newISRCollector(s *isrSide) *isrCollector {
@@ -28,11 +33,15 @@ func newISRCollector(s *isrSide) *isrCollector {
 		expands:          prometheus.NewDesc("kafka_server_replicamanager_isrexpands_total", "ISR expansions proposed by this broker's leaders and applied by the controller.", nil, nil),
 		activeController: prometheus.NewDesc("kafka_controller_kafkacontroller_activecontrollercount", "1 on the broker whose process is ISR mode's active controller.", nil, nil),
 		offline:          prometheus.NewDesc("kafka_controller_kafkacontroller_offlinepartitionscount", "Partitions without a leader (reported by the active controller).", nil, nil),
+		followerBytes:    prometheus.NewDesc("quire_isr_follower_fetch_bytes_total", "Record-batch bytes follower replicas on this broker served to consumers (KIP-392 follower fetching).", nil, nil),
+		followerRecords:  prometheus.NewDesc("quire_isr_follower_fetch_records_total", "Records follower replicas on this broker served to consumers (KIP-392 follower fetching).", nil, nil),
+		redirects:        prometheus.NewDesc("quire_isr_preferred_read_replica_total", "Fetched partitions this broker's leaders answered with another replica to read from (--kafka-replica-selector rack-aware).", nil, nil),
 	}
 }
 
 func (c *isrCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.partitions, c.leaders, c.underReplicated, c.shrinks, c.expands, c.activeController, c.offline} {
+	for _, d := range []*prometheus.Desc{c.partitions, c.leaders, c.underReplicated, c.shrinks, c.expands, c.activeController, c.offline,
+		c.followerBytes, c.followerRecords, c.redirects} {
 		ch <- d
 	}
 }
@@ -57,6 +66,9 @@ func (c *isrCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.underReplicated, under)
 	ch <- prometheus.MustNewConstMetric(c.shrinks, prometheus.CounterValue, float64(st.ISRShrinks))
 	ch <- prometheus.MustNewConstMetric(c.expands, prometheus.CounterValue, float64(st.ISRExpands))
+	ch <- prometheus.MustNewConstMetric(c.followerBytes, prometheus.CounterValue, float64(c.s.reads.bytes.Load()))
+	ch <- prometheus.MustNewConstMetric(c.followerRecords, prometheus.CounterValue, float64(c.s.reads.records.Load()))
+	ch <- prometheus.MustNewConstMetric(c.redirects, prometheus.CounterValue, float64(c.s.reads.redirects.Load()))
 	active := false
 	if c.s.ctl != nil {
 		active, _ = c.s.ctl.Active()

@@ -20,8 +20,8 @@ import (
 )
 
 // startISRBrokers starts n brokers with ISR mode on, each in a zone of its
-// own and with its own data directory.
-func (c *testCluster) startISRBrokers(n int) []*Broker {
+// own and with its own data directory; mods change each one's Config after.
+func (c *testCluster) startISRBrokers(n int, mods ...func(*Config)) []*Broker {
 	c.t.Helper()
 	var out []*Broker
 	for i := range n {
@@ -29,6 +29,9 @@ func (c *testCluster) startISRBrokers(n int) []*Broker {
 			cfg.Registerer = prometheus.NewRegistry()
 			cfg.Zone = fmt.Sprintf("zone-%d", i+1)
 			cfg.ISR = ISRConfig{Dir: c.t.TempDir(), MinISR: 2, LagTimeMax: 3 * time.Second}
+			for _, mod := range mods {
+				mod(cfg)
+			}
 		})
 		out = append(out, b)
 	}

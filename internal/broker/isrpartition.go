@@ -13,6 +13,11 @@ import (
 
 // isrPartition is an ISR-mode partition led by this broker, as the Kafka
 // front end sees it: produce and fetch go to the replica here (isrnode).
+// With follower set it is one this broker follows, handed out only for a
+// consumer's Fetch v11+ (KIP-392, isr_readreplica.go): reads stop at the
+// follower's HW, and a fetch offset past it up to the follower's LEO is
+// answered empty (the long-poll waits for the HW), as Kafka's follower
+// does; OFFSET_OUT_OF_RANGE past the LEO.
 //
 // Idempotent producers' retries and sequences are checked by the replica
 // (isrnode's producer table). Deviations from Kafka: message.timestamp.type
@@ -21,11 +26,20 @@ import (
 // transactions. Its leader epochs are checked as KIP-320 says
 // (kafka.EpochPartition).
 type isrPartition struct {
-	m    *isrnode.Manager
-	name string
+	m        *isrnode.Manager
+	s        *isrSide
+	name     string
+	follower bool
+	// counted is the offset up to which this follower partition's reads
+	// were counted in the metrics: the value lives for one fetch request,
+	// whose long-poll rounds may read the same batches again.
+	counted int64
 }
 
-var _ kafka.EpochPartition = (*isrPartition)(nil)
+var (
+	_ kafka.EpochPartition      = (*isrPartition)(nil)
+	_ kafka.ReadReplicaSelector = (*isrPartition)(nil)
+)
 
 // LeaderEpoch implements kafka.EpochPartition: the leader epoch of the
 // replica here (Fetch and ListOffsets check a client's against it).
@@ -75,7 +89,7 @@ func (p *isrPartition) Append(ctx context.Context, batch []byte) <-chan kafka.Ap
 }
 
 // Read implements kafka.Partition: whole batches as stored, from the one
-// holding offset, up to the HW.
+// holding offset, up to the HW (a follower's own: see the type).
 func (p *isrPartition) Read(ctx context.Context, offset int64, maxBytes int32) (kafka.ReadResult, error) {
 	st, err := p.m.Status(p.name)
 	if err != nil {
@@ -90,6 +104,12 @@ func (p *isrPartition) Read(ctx context.Context, offset int64, maxBytes int32) (
 				return res, nil
 			}
 			if errors.Is(err, isr.ErrOffsetOutOfRange) {
+				if p.follower && from >= st.LogStartOffset && from <= st.LogEndOffset {
+					// Past the follower's HW, within its log: nothing
+					// it may hand out yet.
+					res.HighWatermark, res.LastStableOffset, res.LogStartOffset = st.HighWatermark, st.HighWatermark, st.LogStartOffset
+					return res, nil
+				}
 				return res, kerr.OffsetOutOfRange
 			}
 			return res, isrnode.KafkaError(err)
@@ -102,6 +122,7 @@ func (p *isrPartition) Read(ctx context.Context, offset int64, maxBytes int32) (
 			res.Batches = append(res.Batches, b.Raw)
 			size += len(b.Raw)
 			from = b.NextOffset()
+			p.countFollowerRead(b)
 		}
 		if len(batches) == 0 || from >= st.HighWatermark || size >= int(maxBytes) {
 			return res, nil

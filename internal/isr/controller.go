@@ -218,6 +218,10 @@ type partition struct {
 	// wantUnclean lets the next election of a partition without a leader
 	// take any live replica (Elect with ElectionUnclean).
 	wantUnclean bool
+	// reassign is a reassignment asked for (Reassign) and not yet written:
+	// the next reconcile applies it; it is kept until a write carrying it
+	// succeeds, so a failed write is retried with it.
+	reassign *ReassignRequest
 	// deleting: the partition's topic was deleted; its record is deleted
 	// (by CAS, as soon as no other operation is in flight) and nothing else
 	// is written.
@@ -225,9 +229,10 @@ type partition struct {
 }
 
 type pendingWrite struct {
-	op     MetaOp
-	reply  *AlterPartitionRequest // the proposal it answers, if any
-	events []Event                // reported once written
+	op       MetaOp
+	reply    *AlterPartitionRequest // the proposal it answers, if any
+	events   []Event                // reported once written
+	reassign *ReassignRequest       // the reassignment it carries, if any
 }
 
 // Controller owns the partition records, as a deterministic state machine:
@@ -249,9 +254,11 @@ type Controller struct {
 	ready    ControllerReady
 
 	// For the invariant checks: the leader of every (partition, leader
-	// epoch) this controller ever wrote or loaded, and the last epochs.
+	// epoch) this controller ever wrote or loaded, the last epochs, and
+	// the last record.
 	leaders map[string]map[int32]BrokerID
 	epochs  map[string][2]int32 // partition → (leader epoch, partition epoch)
+	noted   map[string]PartitionState
 }
 
 // NewController returns a controller of the given epoch with no partitions.
@@ -261,7 +268,7 @@ func NewController(cfg ControllerConfig, now time.Time) *Controller {
 	return &Controller{
 		cfg: cfg, now: now, brokers: map[BrokerID]*brokerState{}, parts: map[string]*partition{},
 		nextRebalance: now.Add(cfg.RebalanceInterval), nextPush: now.Add(cfg.PushInterval),
-		leaders: map[string]map[int32]BrokerID{}, epochs: map[string][2]int32{},
+		leaders: map[string]map[int32]BrokerID{}, epochs: map[string][2]int32{}, noted: map[string]PartitionState{},
 	}
 }
 
@@ -410,7 +417,7 @@ func (c *Controller) DeletePartition(name string, now time.Time) error {
 	if p == nil || !p.exists {
 		return fmt.Errorf("delete partition %s: %w", name, ErrUnknownPartition)
 	}
-	p.deleting, p.wantPreferred, p.wantUnclean = true, false, false
+	p.deleting, p.wantPreferred, p.wantUnclean, p.reassign = true, false, false, nil
 	for _, q := range p.queued {
 		c.answer(q, ErrUnknownPartition, p.state)
 	}
@@ -433,6 +440,7 @@ func (c *Controller) forget(name string) {
 	delete(c.parts, name)
 	delete(c.epochs, name)
 	delete(c.leaders, name)
+	delete(c.noted, name)
 	if i, ok := slices.BinarySearch(c.names, name); ok {
 		c.names = slices.Delete(c.names, i, i+1)
 	}
@@ -557,7 +565,7 @@ func (c *Controller) Elect(name string, kind ElectionKind, now time.Time) error 
 		if p.state.Leader != NoLeader {
 			return fmt.Errorf("elect a leader of %s (led by %d): %w", name, p.state.Leader, ErrElectionNotNeeded)
 		}
-		if !slices.ContainsFunc(p.state.Replicas, c.alive) {
+		if !slices.ContainsFunc(p.state.Replicas, func(id BrokerID) bool { return c.alive(id) && !p.state.Adding(id) }) {
 			return fmt.Errorf("elect a leader of %s: no replica of %v is live: %w", name, p.state.Replicas, ErrEligibleLeadersNotAvailable)
 		}
 		p.wantUnclean = true
@@ -583,7 +591,7 @@ func (c *Controller) Tick(now time.Time) {
 		c.nextPush = c.now.Add(c.cfg.PushInterval)
 		for _, name := range c.names {
 			if p := c.parts[name]; p.exists {
-				c.push(p.state)
+				c.push(p.state, nil)
 			}
 		}
 	}
@@ -758,14 +766,18 @@ func (c *Controller) stepWrite(p *partition, res MetaResult) {
 		c.event(Event{Kind: EventPartitionWritten, Partition: w.op.Partition, Detail: "deleted"})
 		c.forget(w.op.Partition)
 	case res.Err == nil:
+		prev := p.state
 		p.state, p.version, p.exists = w.op.State.Clone(), res.Version, true
+		if w.reassign != nil && p.reassign == w.reassign {
+			p.reassign = nil
+		}
 		c.noteRecord(p.state)
 		for _, e := range w.events {
 			c.event(e)
 		}
 		c.event(Event{Kind: EventPartitionWritten, Partition: p.state.Partition, Broker: p.state.Leader,
 			Epoch: p.state.LeaderEpoch, Detail: p.state.String()})
-		c.push(p.state)
+		c.push(p.state, prev.Replicas)
 		if w.reply != nil {
 			c.answer(*w.reply, nil, p.state)
 		}
@@ -820,10 +832,17 @@ func (c *Controller) stepRead(name string, p *partition, res MetaResult) {
 	c.afterSettled(p)
 }
 
-// push sends a record to each of its replicas, in assignment order.
-func (c *Controller) push(s PartitionState) {
+// push sends a record to each of its replicas, in assignment order, and
+// to those of prev (the record it replaced) it no longer names: a
+// reassignment removed them, and the record tells them to stop.
+func (c *Controller) push(s PartitionState, prev []BrokerID) {
 	for _, id := range s.Replicas {
 		c.ready.Pushes = append(c.ready.Pushes, StatePush{To: id, ControllerEpoch: c.cfg.Epoch, State: s.Clone()})
+	}
+	for _, id := range prev {
+		if !slices.Contains(s.Replicas, id) {
+			c.ready.Pushes = append(c.ready.Pushes, StatePush{To: id, ControllerEpoch: c.cfg.Epoch, State: s.Clone()})
+		}
 	}
 }
 

@@ -26,7 +26,12 @@
 // members came back from unclean shutdowns, the longest log of the record's
 // LastKnownELR, by the log ends the brokers registered with), then, only with
 // unclean election on, any live replica), applies AlterPartition proposals whose partition epoch is
-// current, and moves leadership back to preferred replicas. Its controller
+// current, moves leadership back to preferred replicas, and reassigns
+// partitions (KIP-455: the replicas grow to the target plus the leaving
+// ones, the new ones join the ISR through the leader's proposals and are
+// never elected before, then the controller completes: the target, a new
+// leader epoch, the leaving replicas told to delete their logs; or a
+// cancel restores the original replicas). Its controller
 // epoch is written into every record it writes, and a new controller first
 // writes every record again under its own epoch (Load), so a deposed
 // controller's writes fail their CAS, and the record it then reads tells it
@@ -36,8 +41,9 @@
 // produce, Tick), leader.go (fetch handling, HW, ISR proposals), follower.go
 // (fetching, truncation), controller.go (the Controller, its inputs and
 // store operations), election.go (reconciling records with broker liveness,
-// elections, ELR, rebalance), invariants.go (the checks), state.go (the
-// records in the store), types.go (messages, errors, events, mutants).
+// elections, ELR, rebalance), reassign.go (partition reassignment),
+// invariants.go (the checks), state.go (the records in the store),
+// types.go (messages, errors, events, mutants).
 //
 // What the package must never do: read a clock, start a goroutine, touch a
 // socket or a file (the Log is an interface; MemLog is memory), or let map

@@ -116,15 +116,41 @@ func (c *Controller) reconcile(p *partition) {
 	}
 	s.LastKnownELR = c.targetLastKnownELR(cur, s)
 
+	// A reassignment asked for, then its completion if its adding
+	// replicas are all in the ISR (reassign.go). Either may take the
+	// leader out of the ISR: the election below replaces it.
+	var reassigning *ReassignRequest
+	if req := p.reassign; req != nil {
+		next, err := c.reassigned(s, *req)
+		switch {
+		case err != nil:
+			// The record moved on since Reassign accepted it.
+			p.reassign = nil
+			c.event(Event{Kind: EventReassignment, Partition: s.Partition, Detail: fmt.Sprintf("%s dropped: %v", req, err)})
+		default:
+			s, reassigning = next, req
+			what := "started"
+			if req.Target == nil {
+				what = "cancelled"
+			}
+			events = append(events, Event{Kind: EventReassignment, Partition: s.Partition,
+				Detail: fmt.Sprintf("%s replicas=%v adding=%v removing=%v", what, s.Replicas, s.AddingReplicas, s.RemovingReplicas)})
+		}
+	}
+	if c.completeReassignment(&s) {
+		events = append(events, Event{Kind: EventReassignment, Partition: s.Partition, Detail: fmt.Sprintf("completed replicas=%v", s.Replicas)})
+	}
+
 	leaderOK := s.Leader != NoLeader && c.alive(s.Leader) && c.brokers[s.Leader].epoch == s.LeaderBrokerEpoch && s.InISR(s.Leader)
 	switch {
 	case !leaderOK:
 		wasLeader, epoch := s.Leader, s.LeaderEpoch
-		events = c.elect(&s, p.wantUnclean)
+		elected := c.elect(&s, p.wantUnclean)
 		if s.Leader == NoLeader && wasLeader == NoLeader {
 			// Still nobody to elect: no leader change, no new epoch.
-			s.LeaderEpoch, events = epoch, nil
+			s.LeaderEpoch, elected = epoch, nil
 		}
+		events = append(events, elected...)
 	case p.wantPreferred:
 		pref := s.Replicas[0]
 		if s.Leader != pref && c.alive(pref) && s.InISR(pref) {
@@ -134,12 +160,29 @@ func (c *Controller) reconcile(p *partition) {
 		}
 	}
 	p.wantPreferred, p.wantUnclean = false, false
+	removed := slices.ContainsFunc(cur.Replicas, func(id BrokerID) bool { return !slices.Contains(s.Replicas, id) })
+	if removed && s.Leader != NoLeader && s.LeaderEpoch == cur.LeaderEpoch {
+		// Replicas removed (a reassignment completed, replaced or
+		// cancelled) under the same leader: a new leader epoch all the
+		// same, as Kafka's PartitionChangeBuilder bumps it when the
+		// replicas are no longer a superset. A removed replica's fetches
+		// still in flight carry the old epoch and are fenced; without it
+		// such a fetch, reaching the leader after the broker was added
+		// back with an empty log, would count as the new replica's
+		// progress and could put it in the ISR.
+		s.LeaderEpoch++
+		events = append(events, Event{Kind: EventElected, Partition: s.Partition, Broker: s.Leader, Epoch: s.LeaderEpoch,
+			Detail: "kept: replicas removed, a new leader epoch fences them"})
+	}
 	if s.Leader != NoLeader {
 		// A leader holds every committed record: nobody else is needed to
 		// recover them.
 		s.LastKnownELR = nil
 	}
 	if s.SameContent(p.state) {
+		if reassigning != nil {
+			p.reassign = nil // nothing to change: the record is the target already
+		}
 		return
 	}
 	if s.Leader != NoLeader {
@@ -152,6 +195,7 @@ func (c *Controller) reconcile(p *partition) {
 		panic(fmt.Sprintf("isr: controller built an invalid record %s: %v", s, err))
 	}
 	c.write(p, s, nil, events)
+	p.inflight.reassign = reassigning
 }
 
 // targetLastKnownELR is the LastKnownELR once cur's ISR and ELR became
@@ -249,7 +293,9 @@ func (c *Controller) elect(s *PartitionState, forceUnclean bool) []Event {
 		how = "recovery"
 	}
 	if id == NoLeader && (forceUnclean || s.Config.UncleanElectionOr(c.cfg.UncleanElection)) {
-		id, how = pick(func(BrokerID) bool { return true }), "unclean"
+		// Even uncleanly, never a reassignment's adding replica that has
+		// not joined the ISR: it holds less than any original replica.
+		id, how = pick(func(r BrokerID) bool { return !s.Adding(r) }), "unclean"
 	}
 	if id == NoLeader {
 		detail := "no eligible replica: offline"

@@ -47,6 +47,10 @@ import (
 //	register 2                         running broker 2 opens a new session (new broker epoch)
 //	cut 1 2 / heal [1 2]               drop every message between two nodes (c: the controller)
 //	elect-preferred p1
+//	reassign p1 replicas=(4,5,6) [keep-rf] / reassign p1 cancel
+//	                                   AlterPartitionReassignments: a broker a pushed record names
+//	                                   opens a replica (a new MemLog); one it no longer names deletes
+//	                                   its replica and log, as the broker's replica manager does
 //	consume p1 from=2 [offset=0]       a consumer fetch; prints what it got
 //	print [p1]                         the record, and per replica role, epoch, LEO, HW and log
 //	acked p1                           acknowledged records, and those missing from the leader's log
@@ -215,6 +219,18 @@ func (e *scriptEnv) run(t *testing.T, d *datadriven.TestData) string {
 	case "store-down", "store-up":
 		e.down = d.Cmd == "store-down"
 		e.printf("store %s", map[bool]string{true: "down", false: "up"}[e.down])
+	case "reassign":
+		req := isr.ReassignRequest{Partition: e.arg0(d), KeepReplicationFactor: slices.Contains(e.args(d), "keep-rf")}
+		if !slices.Contains(e.args(d), "cancel") {
+			req.Target = []isr.BrokerID{}
+			for _, s := range e.list(d, "replicas") {
+				req.Target = append(req.Target, e.broker(s).id)
+			}
+		}
+		if err := e.ctrl.Reassign(req, e.now); err != nil {
+			e.printf("error: %v", err)
+		}
+		e.drainController()
 	case "elect-preferred":
 		if err := e.ctrl.ElectPreferred(e.arg0(d), e.now); err != nil {
 			e.printf("error: %v", err)
@@ -535,18 +551,38 @@ func (e *scriptEnv) handle(m scriptMsg) {
 		part = v.Partition
 	}
 	r := n.replicas[part]
+	if push, ok := m.v.(isr.StatePush); ok && r == nil && slices.Contains(push.State.Replicas, n.id) {
+		e.printf("%s", head)
+		e.printf("  broker %d opens a replica of %s", n.id, part)
+		n.logs[part] = isr.NewMemLog()
+		r = e.newReplica(n, part)
+		n.replicas[part] = r
+		head = ""
+	}
 	if r == nil {
 		e.printf("%s: no replica", head)
 		return
 	}
-	e.printf("%s", head)
+	if head != "" {
+		e.printf("%s", head)
+	}
 	switch v := m.v.(type) {
 	case isr.FetchRequest:
 		r.Fetch(v, e.now)
 	case isr.FetchResponse:
 		r.StepFetchResponse(v, e.now)
 	case isr.StatePush:
+		applied := r.LeaderEpoch() == isr.NoEpoch || v.State.Newer(r.State())
 		r.ApplyState(v.State, e.now)
+		if applied && !slices.Contains(v.State.Replicas, n.id) {
+			// A reassignment removed this broker: the replica stops and
+			// its log is deleted (a record naming it again opens a new one).
+			e.drainReplica(n, r, "  ")
+			e.printf("  broker %d deletes its replica of %s", n.id, part)
+			delete(n.replicas, part)
+			delete(n.logs, part)
+			return
+		}
 	case isr.AlterPartitionResponse:
 		r.StepAlterPartition(v, e.now)
 	}
@@ -732,11 +768,24 @@ func (e *scriptEnv) cmdRestart(d *datadriven.TestData) {
 	n.epoch, n.up = e.rev, true
 	n.replicas = map[string]*isr.Replica{}
 	e.printf("broker %d registers (broker epoch %d%s)", n.id, n.epoch, map[bool]string{true: ", unclean shutdown"}[unclean])
+	// A starting broker reads the current records (KRaft's metadata log):
+	// it opens the replicas they name it in, and deletes the logs of
+	// those that no longer name it (a reassignment removed it meanwhile).
+	for _, part := range sortedKeys(e.store) {
+		if _, ok := n.logs[part]; !ok && slices.Contains(e.store[part].state.Replicas, n.id) {
+			n.logs[part] = isr.NewMemLog()
+		}
+	}
 	for _, part := range sortedKeys(n.logs) {
+		rec := e.store[part]
+		if rec != nil && !slices.Contains(rec.state.Replicas, n.id) {
+			e.printf("  broker %d deletes its replica of %s", n.id, part)
+			delete(n.logs, part)
+			continue
+		}
 		r := e.newReplica(n, part)
 		n.replicas[part] = r
-		// A starting broker reads the current records (KRaft's metadata log).
-		if rec := e.store[part]; rec != nil {
+		if rec != nil {
 			r.ApplyState(rec.state, e.now)
 		}
 		e.drainReplica(n, r, "  ")

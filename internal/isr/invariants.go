@@ -106,6 +106,10 @@ func (c *Controller) noteRecord(s PartitionState) {
 	if prev, ok := c.epochs[s.Partition]; ok && (s.LeaderEpoch < prev[0] || s.PartitionEpoch < prev[1]) {
 		c.violated("partition and leader epochs never decrease: %s after le=%d pe=%d", s, prev[0], prev[1])
 	}
+	if prev, ok := c.noted[s.Partition]; ok && !c.cfg.Mutants.Any() {
+		c.checkReassignmentStep(prev, s)
+	}
+	c.noted[s.Partition] = s.Clone()
 	c.epochs[s.Partition] = [2]int32{s.LeaderEpoch, s.PartitionEpoch}
 	m := c.leaders[s.Partition]
 	if m == nil {
@@ -116,6 +120,40 @@ func (c *Controller) noteRecord(s PartitionState) {
 		c.violated("at most one leader per leader epoch: %s, epoch %d had leader %d", s, s.LeaderEpoch, l)
 	}
 	m[s.LeaderEpoch] = s.Leader
+}
+
+// checkReassignmentStep checks one committed record against the one this
+// controller committed (or loaded) before it: records of one controller
+// follow each other, so a reassignment's steps are seen one by one.
+func (c *Controller) checkReassignmentStep(prev, s PartitionState) {
+	// A reassignment completes (its target becomes the replicas) only
+	// once every adding replica is in the ISR.
+	if prev.Reassigning() && !s.Reassigning() && slices.Equal(s.Replicas, prev.TargetReplicas()) {
+		for _, id := range prev.AddingReplicas {
+			if !prev.InISR(id) || !s.InISR(id) {
+				c.violated("a reassignment completes only once every adding replica is in the ISR: %s after %s (adding %d)", s, prev, id)
+			}
+		}
+		// Nor below min.insync.replicas of in-sync replicas, counting
+		// those of the previous ISR still live under their epochs (the
+		// completing write drops the others anyway).
+		live := 0
+		for _, m := range prev.ISR {
+			if b := c.brokers[m.ID]; b != nil && !b.fenced && b.epoch == m.BrokerEpoch {
+				live++
+			}
+		}
+		if need := c.completionQuorum(prev, live); len(s.ISR) < need {
+			c.violated("a reassignment completes with at least min(minISR, |target|, |ISR|) = %d in sync: %s after %s", need, s, prev)
+		}
+	}
+	// No election takes an adding replica that has not joined the ISR:
+	// not the ISR's (it is not in it), not the ELR's or recovery's (only
+	// former ISR members are there), not an unclean one.
+	if s.Leader != NoLeader && s.LeaderEpoch != prev.LeaderEpoch && prev.Adding(s.Leader) &&
+		!prev.InISR(s.Leader) && !prev.InELR(s.Leader) && !slices.Contains(prev.LastKnownELR, s.Leader) {
+		c.violated("an adding replica is elected only after it joined the ISR: %s after %s", s, prev)
+	}
 }
 
 // checkInvariants panics if the controller's state breaks what must hold
@@ -155,6 +193,11 @@ func (c *Controller) checkInvariants() {
 		}
 		if s.ControllerEpoch > c.cfg.Epoch {
 			c.violated("no record of a newer controller is kept: %s, mine %d", s, c.cfg.Epoch)
+		}
+		if !c.cfg.Mutants.Any() && !c.deposed && !p.deleting && p.inflight == nil && p.readOp == 0 && p.retryAt.IsZero() && s.Reassigning() {
+			if done := s.Clone(); c.completeReassignment(&done) {
+				c.violated("a settled reassignment whose adding replicas are all in the ISR is completed: %s", s)
+			}
 		}
 		if p.inflight != nil && p.readOp != 0 {
 			c.violated("one store operation per partition: write %d and read %d of %s", p.inflight.op.ID, p.readOp, name)

@@ -110,6 +110,48 @@ func TestInvariantsFire(t *testing.T) {
 		c.parts["p"].state.ISR = c.parts["p"].state.ISR[1:]
 		expectInvariantPanic(t, "records are valid", func() { c.Tick(at(time.Millisecond)) })
 	})
+	// Reassignments (reassign.go): a record read back after a lost CAS
+	// that another writer broke, and a settled record left uncompleted.
+	reassigning := func(t *testing.T) (*Controller, PartitionState) {
+		c, store := newReassignController(t, ControllerConfig{})
+		s, _ := reassign(t, c, store, 4, 5, 6)
+		c.parts["p"].readOp = 99
+		return c, s
+	}
+	t.Run("reassignment completed early", func(t *testing.T) {
+		c, s := reassigning(t)
+		done := s.Clone()
+		done.Replicas, done.AddingReplicas, done.RemovingReplicas = []BrokerID{4, 5, 6}, nil, nil
+		done.ISR, done.Leader, done.LeaderBrokerEpoch = []Member{{4, 4}, {5, 5}, {6, 6}}, 4, 4
+		done.LeaderEpoch, done.PartitionEpoch = s.LeaderEpoch+1, s.PartitionEpoch+1
+		expectInvariantPanic(t, "a reassignment completes only once every adding replica is in the ISR", func() {
+			c.StepMeta(MetaResult{ID: 99, Version: 100, State: done}, t0)
+		})
+	})
+	t.Run("adding replica elected", func(t *testing.T) {
+		c, s := reassigning(t)
+		bad := s.Clone()
+		bad.ISR, bad.Leader, bad.LeaderBrokerEpoch, bad.Unclean = []Member{{5, 5}}, 5, 5, true
+		bad.LeaderEpoch, bad.PartitionEpoch = s.LeaderEpoch+1, s.PartitionEpoch+1
+		expectInvariantPanic(t, "an adding replica is elected only after it joined the ISR", func() {
+			c.StepMeta(MetaResult{ID: 99, Version: 100, State: bad}, t0)
+		})
+	})
+	t.Run("reassignment left uncompleted", func(t *testing.T) {
+		c, _ := reassigning(t)
+		c.parts["p"].readOp = 0
+		st := &c.parts["p"].state
+		st.ISR = []Member{{4, 4}, {5, 5}, {6, 6}, {1, 1}, {2, 2}, {3, 3}}
+		expectInvariantPanic(t, "a settled reassignment whose adding replicas are all in the ISR is completed", func() {
+			c.Tick(at(time.Millisecond))
+		})
+	})
+	t.Run("adding replica outside the replicas", func(t *testing.T) {
+		c, _ := reassigning(t)
+		c.parts["p"].readOp = 0
+		c.parts["p"].state.AddingReplicas = []BrokerID{4, 7}
+		expectInvariantPanic(t, "records are valid", func() { c.Tick(at(time.Millisecond)) })
+	})
 	t.Run("ELR kept with a full ISR", func(t *testing.T) {
 		c, _ := controller(t)
 		s := &c.parts["p"].state

@@ -74,6 +74,24 @@ func (r *Replica) fetch(req FetchRequest) FetchResponse {
 	return FetchResponse{Batches: r.log.Read(req.FetchOffset, maxBatches)}
 }
 
+// trackReplicas brings the followers the leader tracks in line with the
+// record's replicas after a change within its leader epoch (a
+// reassignment): a new replica is tracked from nothing known, as at
+// becomeLeader (not in the ISR: nothing is waited for from it until it
+// catches up and joins); a removed one is forgotten.
+func (r *Replica) trackReplicas() {
+	for id := range r.followers {
+		if !slices.Contains(r.state.Replicas, id) {
+			delete(r.followers, id)
+		}
+	}
+	for _, id := range r.state.Replicas {
+		if id != r.cfg.Broker && r.followers[id] == nil {
+			r.followers[id] = &followerState{logEndOffset: -1, lastFetchLeaderLEO: -1}
+		}
+	}
+}
+
 // consumerFetch serves a consumer: only records below the HW.
 func (r *Replica) consumerFetch(req FetchRequest, maxBatches int) FetchResponse {
 	if req.FetchOffset < 0 || req.FetchOffset > r.log.EndOffset() {

@@ -98,6 +98,42 @@ func TestRandomLossyRecovery(t *testing.T) {
 	t.Logf("situations reached over %d seeds: %v", seeds, reached)
 }
 
+// TestRandomReassign: the durable runs on four brokers with partition
+// reassignments among them (moves, growth to four replicas, shrinks to two,
+// replacements of one in progress, cancels) drawn between the crashes,
+// session expiries, cuts and writes: every check of TestRandomDurable
+// holds, and with -tags invariants so do the controller's reassignment
+// invariants (completion only with every adding replica in the ISR, no
+// adding replica elected before it joined). Reassignments must have
+// started, completed (some moving the leader out) and been cancelled.
+func TestRandomReassign(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 30
+	}
+	if n, err := strconv.Atoi(os.Getenv("ISR_SEEDS")); err == nil {
+		seeds = n
+	}
+	reached := map[string]int{}
+	for seed := 1; seed <= seeds; seed++ {
+		if problem, history := runRandomWith(t, uint64(seed), 400, randomOptions{reassign: true}, reached); problem != "" {
+			t.Fatalf("seed %d: %s\nhistory:\n%s", seed, problem, history)
+		}
+	}
+	for _, what := range append(reachedSituations[:5:5], reassignSituations...) {
+		if reached[what] == 0 {
+			t.Errorf("no seed reached %q", what)
+		}
+	}
+	t.Logf("situations reached over %d seeds: %v", seeds, reached)
+}
+
+// reassignSituations are output fragments TestRandomReassign must see.
+var reassignSituations = []string{
+	"reassignment p1 started", "reassignment p1 completed", "reassignment p1 cancelled", "opens a replica", "deletes its replica",
+	"INVALID_REPLICA_ASSIGNMENT",
+}
+
 // TestRandomCatchesMutants: the same random runs find each mutant (the
 // checks have been seen failing).
 func TestRandomCatchesMutants(t *testing.T) {
@@ -126,7 +162,24 @@ func runRandom(t *testing.T, seed uint64, steps int, mutant string, reached map[
 // partition may end without a leader (the durable configuration, with
 // recovery=none, chooses unavailability over loss).
 func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recovery string, reached map[string]int) (problem, history string) {
+	return runRandomWith(t, seed, steps, randomOptions{mutant: mutant, recovery: recovery}, reached)
+}
+
+// randomOptions are what a random run varies: a mutant, the lossy
+// configuration's recovery strategy, and reassignments (four brokers
+// instead of three; partition p1 starts on the first three).
+type randomOptions struct {
+	mutant, recovery string
+	reassign         bool
+}
+
+func runRandomWith(t *testing.T, seed uint64, steps int, opts randomOptions, reached map[string]int) (problem, history string) {
+	mutant, recovery := opts.mutant, opts.recovery
 	lossy := recovery != ""
+	brokers := 3
+	if opts.reassign {
+		brokers = 4
+	}
 	rng := rand.New(rand.NewPCG(seed, 0))
 	e := newScriptEnv()
 	var lines []string
@@ -136,7 +189,7 @@ func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recove
 		}
 		lines = append(lines, line)
 		out := e.run(t, parseCommand(line))
-		for _, what := range append(reachedSituations, "unclean recovery") {
+		for _, what := range append(append(reachedSituations, "unclean recovery"), reassignSituations...) {
 			if reached != nil && strings.Contains(out, what) {
 				reached[what]++
 			}
@@ -147,10 +200,10 @@ func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recove
 			problem = msg
 		}
 	}
-	cluster := "cluster brokers=3 min-isr=2 lag=5s flush-messages=1 push-every=2s"
+	cluster := fmt.Sprintf("cluster brokers=%d min-isr=2 lag=5s flush-messages=1 push-every=2s", brokers)
 	crash, restart := "crash %s", "restart %s"
 	if lossy {
-		cluster = "cluster brokers=3 min-isr=2 lag=5s push-every=2s " + recovery
+		cluster = fmt.Sprintf("cluster brokers=%d min-isr=2 lag=5s push-every=2s %s", brokers, recovery)
 		crash, restart = "crash %s lose-unflushed", "restart %s unclean"
 	}
 	if mutant != "" {
@@ -159,7 +212,12 @@ func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recove
 	cmd(cluster)
 	cmd("create-partition p1 replicas=(1,2,3)")
 	down, expired := "", ""
+	broker := func() int { return 1 + rng.IntN(brokers) }
 	for range steps {
+		if opts.reassign && rng.IntN(100) < 4 {
+			cmd(randomReassign(rng, brokers))
+			continue
+		}
 		switch x := rng.IntN(100); {
 		case x < 45:
 			if len(e.net) == 0 {
@@ -176,12 +234,12 @@ func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recove
 			cmd(fmt.Sprintf("tick d=%dms", 100*(1+rng.IntN(20))))
 		case x < 75:
 			acks := []string{"all", "all", "1"}[rng.IntN(3)]
-			cmd(fmt.Sprintf("produce p1 to=%d acks=%s n=%d", 1+rng.IntN(3), acks, 1+rng.IntN(3)))
+			cmd(fmt.Sprintf("produce p1 to=%d acks=%s n=%d", broker(), acks, 1+rng.IntN(3)))
 		case x < 80:
-			cmd(fmt.Sprintf("consume p1 from=%d", 1+rng.IntN(3)))
+			cmd(fmt.Sprintf("consume p1 from=%d", broker()))
 		case x < 84:
 			if down == "" && expired == "" {
-				down = fmt.Sprint(1 + rng.IntN(3))
+				down = fmt.Sprint(broker())
 				cmd(fmt.Sprintf(crash, down))
 			}
 		case x < 88:
@@ -193,7 +251,7 @@ func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recove
 			// A zombie: the session ends, the broker runs on, cut off from
 			// the controller for a while.
 			if down == "" && expired == "" {
-				expired = fmt.Sprint(1 + rng.IntN(3))
+				expired = fmt.Sprint(broker())
 				cmd("expire " + expired)
 				cmd("cut " + expired + " c")
 			}
@@ -204,7 +262,7 @@ func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recove
 				expired = ""
 			}
 		case x < 95:
-			a, b := 1+rng.IntN(3), 1+rng.IntN(3)
+			a, b := broker(), broker()
 			if a != b && down == "" && expired == "" {
 				cmd(fmt.Sprintf("cut %d %d", a, b))
 			}
@@ -245,6 +303,25 @@ func runRandomConfig(t *testing.T, seed uint64, steps int, mutant string, recove
 		}
 	}
 	return "", ""
+}
+
+// randomReassign draws a reassignment of p1 among brokers 1..n: a cancel
+// now and then, otherwise a target of two to n distinct brokers in random
+// order (a move, growth, a shrink or a reordering, depending on the
+// record), sometimes with a broker twice (refused).
+func randomReassign(rng *rand.Rand, n int) string {
+	if rng.IntN(5) == 0 {
+		return "reassign p1 cancel"
+	}
+	ids := rng.Perm(n)[:2+rng.IntN(n-1)]
+	if rng.IntN(20) == 0 {
+		ids = append(ids, ids[0])
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprint(id + 1)
+	}
+	return "reassign p1 replicas=(" + strings.Join(parts, ",") + ")"
 }
 
 // parseCommand turns "cmd a=1 b=(x,y) flag" into TestData.

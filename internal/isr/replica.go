@@ -251,6 +251,17 @@ func (r *Replica) FollowerLogEndOffset(id BrokerID) int64 {
 	return -1
 }
 
+// FollowerLastCaughtUp is when the leader last knew a follower to be
+// caught up with its log (Kafka's lastCaughtUpTimeMs; an ISR member counts
+// as caught up when this replica became leader); the zero time when never
+// in this leader epoch, or when id is not a follower here.
+func (r *Replica) FollowerLastCaughtUp(id BrokerID) time.Time {
+	if f := r.followers[id]; f != nil {
+		return f.lastCaughtUp
+	}
+	return time.Time{}
+}
+
 // SetBrokerEpoch records that the broker registered again (its session was
 // lost and renewed) under a new broker epoch.
 func (r *Replica) SetBrokerEpoch(epoch int64, now time.Time) {
@@ -388,13 +399,14 @@ func (r *Replica) stopLeading(err error) {
 
 // leaderStateChanged handles a newer record of the same leader epoch on the
 // leader: the controller changed the ISR (this leader's proposal, or a
-// fenced broker removed).
+// fenced broker removed) or the replicas (a reassignment).
 func (r *Replica) leaderStateChanged() {
 	if p := r.pendingISR; p != nil && p.req.PartitionEpoch < r.state.PartitionEpoch {
 		// The record moved past the proposal's base: it was applied, or
 		// it lost. Either way it is no longer in flight.
 		r.pendingISR = nil
 	}
+	r.trackReplicas()
 	r.checkMinISR()
 	r.maybeAdvanceHighWatermark()
 }

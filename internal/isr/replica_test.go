@@ -162,8 +162,13 @@ func TestCaughtUpAsOfPreviousFetch(t *testing.T) {
 	followerFetch(r, 2, 0, NoEpoch, at(2*time.Second)) // leader LEO 2 at this fetch
 	produce(r, 2, AcksLeader, at(3*time.Second), "c")
 	followerFetch(r, 2, 2, 0, at(5*time.Second)) // reached 2: caught up as of t=2s
-	if got := r.followers[2].lastCaughtUp; !got.Equal(at(2 * time.Second)) {
+	if got := r.FollowerLastCaughtUp(2); !got.Equal(at(2 * time.Second)) {
 		t.Fatalf("lastCaughtUp %v, want t=2s", got.Sub(t0))
+	}
+	for _, id := range []BrokerID{3, 4} { // out of the ISR and never fetched; no replica
+		if got := r.FollowerLastCaughtUp(id); !got.IsZero() {
+			t.Fatalf("lastCaughtUp of broker %d: %v, want none", id, got.Sub(t0))
+		}
 	}
 	r.Tick(at(12 * time.Second))
 	if _, pending := r.PendingISR(); pending {

@@ -53,7 +53,21 @@ type PartitionState struct {
 	// When the ISR and ELR are both empty, unclean recovery elects the
 	// longest log among them (ControllerConfig.UncleanRecovery).
 	LastKnownELR []BrokerID `json:"lastKnownElr,omitempty"`
-	// PartitionEpoch bumps with every change of leader, ISR or ELR.
+	// AddingReplicas and RemovingReplicas describe a reassignment in
+	// progress (KIP-455): Replicas is then the target followed by the
+	// original replicas the target leaves out (RemovingReplicas), and
+	// AddingReplicas are the target's replicas the original set lacked.
+	// An adding replica fetches from the leader like any follower, but
+	// until it joins the ISR no election takes it, clean or unclean. Once
+	// every adding replica is in the ISR the controller completes the
+	// reassignment: Replicas becomes the target, the removing replicas
+	// leave the ISR and ELR, both lists empty (Controller.Reassign).
+	// Invariant: both ⊆ Replicas, disjoint, and Replicas minus
+	// RemovingReplicas is not empty.
+	AddingReplicas   []BrokerID `json:"addingReplicas,omitempty"`
+	RemovingReplicas []BrokerID `json:"removingReplicas,omitempty"`
+	// PartitionEpoch bumps with every change of leader, ISR, ELR or
+	// replicas.
 	PartitionEpoch int32 `json:"partitionEpoch"`
 	// ControllerEpoch is the epoch of the controller that last wrote it.
 	ControllerEpoch int64 `json:"controllerEpoch"`
@@ -119,7 +133,42 @@ func (s PartitionState) Clone() PartitionState {
 	s.ISR = slices.Clone(s.ISR)
 	s.ELR = slices.Clone(s.ELR)
 	s.LastKnownELR = slices.Clone(s.LastKnownELR)
+	s.AddingReplicas = slices.Clone(s.AddingReplicas)
+	s.RemovingReplicas = slices.Clone(s.RemovingReplicas)
 	return s
+}
+
+// Reassigning reports whether a reassignment is in progress.
+func (s PartitionState) Reassigning() bool {
+	return len(s.AddingReplicas) > 0 || len(s.RemovingReplicas) > 0
+}
+
+// TargetReplicas is where a reassignment in progress takes the partition
+// (Replicas without RemovingReplicas); Replicas when none is.
+func (s PartitionState) TargetReplicas() []BrokerID {
+	return without(s.Replicas, s.RemovingReplicas)
+}
+
+// OriginalReplicas is the replica set a reassignment in progress started
+// from (Replicas without AddingReplicas), which cancelling it restores;
+// Replicas when none is.
+func (s PartitionState) OriginalReplicas() []BrokerID {
+	return without(s.Replicas, s.AddingReplicas)
+}
+
+// Adding reports whether id is an adding replica of a reassignment in
+// progress.
+func (s PartitionState) Adding(id BrokerID) bool { return slices.Contains(s.AddingReplicas, id) }
+
+// without returns ids in order, less those in drop.
+func without(ids, drop []BrokerID) []BrokerID {
+	out := make([]BrokerID, 0, len(ids))
+	for _, id := range ids {
+		if !slices.Contains(drop, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Newer reports whether s supersedes old: a higher leader epoch, or the same
@@ -146,7 +195,8 @@ func (s PartitionState) SameContent(o PartitionState) bool {
 	return s.Partition == o.Partition && slices.Equal(s.Replicas, o.Replicas) && s.Leader == o.Leader &&
 		s.LeaderBrokerEpoch == o.LeaderBrokerEpoch && s.LeaderEpoch == o.LeaderEpoch &&
 		slices.Equal(s.ISR, o.ISR) && slices.Equal(s.ELR, o.ELR) &&
-		slices.Equal(s.LastKnownELR, o.LastKnownELR) && s.PartitionEpoch == o.PartitionEpoch &&
+		slices.Equal(s.LastKnownELR, o.LastKnownELR) && slices.Equal(s.AddingReplicas, o.AddingReplicas) &&
+		slices.Equal(s.RemovingReplicas, o.RemovingReplicas) && s.PartitionEpoch == o.PartitionEpoch &&
 		s.Unclean == o.Unclean && s.Config.equal(o.Config)
 }
 
@@ -197,6 +247,20 @@ func (s PartitionState) Validate() error {
 	if s.Leader != NoLeader && !s.InISR(s.Leader) {
 		return fmt.Errorf("partition %s: leader %d is not in the ISR %v", s.Partition, s.Leader, s.ISRIDs())
 	}
+	for i, id := range s.AddingReplicas {
+		if !slices.Contains(s.Replicas, id) || slices.Contains(s.AddingReplicas[:i], id) || slices.Contains(s.RemovingReplicas, id) {
+			return fmt.Errorf("partition %s: adding replicas %v: %d is not a replica, is there twice or is also removing %v",
+				s.Partition, s.AddingReplicas, id, s.RemovingReplicas)
+		}
+	}
+	for i, id := range s.RemovingReplicas {
+		if !slices.Contains(s.Replicas, id) || slices.Contains(s.RemovingReplicas[:i], id) {
+			return fmt.Errorf("partition %s: removing replicas %v: %d is not a replica or is there twice", s.Partition, s.RemovingReplicas, id)
+		}
+	}
+	if len(s.RemovingReplicas) >= len(s.Replicas) {
+		return fmt.Errorf("partition %s: every replica of %v is removing", s.Partition, s.Replicas)
+	}
 	return nil
 }
 
@@ -208,6 +272,9 @@ func (s PartitionState) String() string {
 	}
 	if len(s.LastKnownELR) > 0 {
 		fmt.Fprintf(&b, " lastKnownElr=%v", s.LastKnownELR)
+	}
+	if s.Reassigning() {
+		fmt.Fprintf(&b, " replicas=%v adding=%v removing=%v", s.Replicas, s.AddingReplicas, s.RemovingReplicas)
 	}
 	fmt.Fprintf(&b, " pe=%d ce=%d", s.PartitionEpoch, s.ControllerEpoch)
 	if s.Unclean {

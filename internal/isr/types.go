@@ -43,6 +43,11 @@ var (
 	ErrElectionNotNeeded           = errors.New("isr: ELECTION_NOT_NEEDED")
 	ErrPreferredLeaderNotAvailable = errors.New("isr: PREFERRED_LEADER_NOT_AVAILABLE")
 	ErrEligibleLeadersNotAvailable = errors.New("isr: ELIGIBLE_LEADERS_NOT_AVAILABLE")
+	// Reassignments asked for (Controller.Reassign, Kafka's
+	// AlterPartitionReassignments).
+	ErrInvalidReplicaAssignment = errors.New("isr: INVALID_REPLICA_ASSIGNMENT")
+	ErrNoReassignmentInProgress = errors.New("isr: NO_REASSIGNMENT_IN_PROGRESS")
+	ErrInvalidReplicationFactor = errors.New("isr: INVALID_REPLICATION_FACTOR")
 	// ErrKafkaStorageError: the leader's log could not store the append
 	// (out of space; see ErrLogWrite); retriable, the log is unchanged.
 	ErrKafkaStorageError = errors.New("isr: KAFKA_STORAGE_ERROR")
@@ -226,6 +231,7 @@ const (
 	EventDeposed                               // controller: a newer controller wrote; this one stops
 	EventPartitionWritten                      // controller: Detail describes the record written
 	EventRebalance                             // controller: preferred-leader election
+	EventReassignment                          // controller: a reassignment started, completed or was cancelled (Detail)
 )
 
 var eventNames = map[EventKind]string{
@@ -233,7 +239,7 @@ var eventNames = map[EventKind]string{
 	EventHighWatermark: "hw", EventISRProposed: "isr-proposed", EventISRRejected: "isr-rejected",
 	EventAckedAll: "acked-all", EventFlushed: "flushed", EventElected: "elected",
 	EventUncleanElection: "unclean-election", EventFenced: "fenced", EventDeposed: "deposed",
-	EventPartitionWritten: "written", EventRebalance: "rebalance",
+	EventPartitionWritten: "written", EventRebalance: "rebalance", EventReassignment: "reassignment",
 }
 
 func (k EventKind) String() string {

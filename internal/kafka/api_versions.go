@@ -17,9 +17,10 @@ package kafka
 // a listener with an authorizer (Kafka advertises them always and answers
 // SECURITY_DISABLED without one).
 //
-// OffsetForLeaderEpoch, ElectLeaders and DescribeLogDirs are advertised
-// always: what a Backend without leader epochs, elections or log
-// directories answers is in their files (ledger mode).
+// OffsetForLeaderEpoch, ElectLeaders, DescribeLogDirs,
+// AlterPartitionReassignments and ListPartitionReassignments are
+// advertised always: what a Backend without leader epochs, elections, log
+// directories or replicas to move answers is in their files (ledger mode).
 //
 // Not advertised (the connection closes if a client sends them anyway, as
 // Kafka does for an API it does not know): transactions (AddPartitionsToTxn,
@@ -86,6 +87,10 @@ var apis = []apiSpec{
 	{key: kmsg.OffsetForLeaderEpoch, min: 2, max: 4, handler: handleOffsetForLeaderEpoch},
 	{key: kmsg.ElectLeaders, min: 0, max: 2, handler: handleElectLeaders},
 	{key: kmsg.DescribeLogDirs, min: 1, max: 4, handler: handleDescribeLogDirs},
+	// Partition reassignment (reassignments.go, KIP-455; v1 is KIP-860's
+	// allow_replication_factor_change).
+	{key: kmsg.AlterPartitionAssignments, min: 0, max: 1, handler: handleAlterPartitionReassignments},
+	{key: kmsg.ListPartitionReassignments, min: 0, max: 0, handler: handleListPartitionReassignments},
 	// Transactions (transactions.go): v4+ of AddPartitionsToTxn and EndTxn
 	// are KIP-890's, not served.
 	{key: kmsg.AddPartitionsToTxn, min: 0, max: 3, txn: true, handler: handleAddPartitionsToTxn},

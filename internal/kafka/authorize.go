@@ -53,6 +53,8 @@ package kafka
 //	ElectLeaders            ALTER cluster
 //	DescribeLogDirs         DESCRIBE cluster (refused: no directories, and
 //	                        from v3 CLUSTER_AUTHORIZATION_FAILED)
+//	AlterPartitionReassignments  ALTER cluster (reassignments.go)
+//	ListPartitionReassignments   DESCRIBE cluster (reassignments.go)
 //	DescribeCluster, ApiVersions, SASL  nothing
 //
 // Deviations: topics addressed by an ID this broker does not know go to
@@ -110,6 +112,9 @@ func init() {
 		kmsg.OffsetForLeaderEpoch:    authorizeOffsetForLeaderEpoch,
 		kmsg.ElectLeaders:            authorizeElectLeaders,
 		kmsg.DescribeLogDirs:         authorizeDescribeLogDirs,
+		// reassignments.go
+		kmsg.AlterPartitionAssignments:  authorizeAlterPartitionReassignments,
+		kmsg.ListPartitionReassignments: authorizeListPartitionReassignments,
 	}
 }
 

@@ -179,6 +179,31 @@ type EpochPartition interface {
 	EndOffsetForEpoch(ctx context.Context, epoch int32) (endEpoch int32, endOffset int64, leaderEpoch int32, err error)
 }
 
+// ReadReplicaSelector is a Partition whose leader may send a consumer to
+// read it from another replica (KIP-392; Kafka's replica.selector.class).
+// A consumer's Fetch v11+ naming a rack_id asks it for each partition; an
+// answer ≥ 0 is given as that partition's preferred_read_replica, with no
+// records (and the fetch answers without waiting), and the client then
+// fetches the partition from that broker.
+type ReadReplicaSelector interface {
+	Partition
+	// PreferredReadReplica is the broker a consumer in rack fetching from
+	// offset should read from: −1 for this one.
+	PreferredReadReplica(ctx context.Context, rack string, offset int64) int32
+}
+
+// FollowerFetchBackend is implemented by a Backend whose partitions have
+// follower replicas that serve consumers too (ISR mode, KIP-392's follower
+// fetching). A consumer's Fetch v11+ (the versions with rack_id and
+// preferred_read_replica, whose clients go back to the leader when a
+// follower answers OFFSET_OUT_OF_RANGE) takes its partitions from
+// FetchPartition instead of Partition: the leader's, or a follower's that
+// reads up to the follower's HW; older versions, and every other request,
+// keep asking Partition (NOT_LEADER_OR_FOLLOWER from a follower).
+type FollowerFetchBackend interface {
+	FetchPartition(ctx context.Context, topic string, partition int32) (Partition, error)
+}
+
 // TopicPartitions names some partitions of one topic.
 type TopicPartitions struct {
 	Topic      string
@@ -231,6 +256,59 @@ type LogDirReplica struct {
 // has no log directories: DescribeLogDirs answers none.
 type LogDirDescriber interface {
 	LogDirs(ctx context.Context) ([]LogDir, error)
+}
+
+// ReassignmentRequest is one partition of an AlterPartitionReassignments
+// request: its target replicas, or nil to cancel its reassignment.
+type ReassignmentRequest struct {
+	Topic     string
+	Partition int32
+	Replicas  []int32
+}
+
+// ReassignmentResult answers one ReassignmentRequest: nil, or an error
+// whose *kerr.Error is the code (its text the message).
+type ReassignmentResult struct {
+	Topic     string
+	Partition int32
+	Err       error
+}
+
+// Reassignment is one partition's reassignment in progress
+// (ListPartitionReassignments): all its replicas now, those being added
+// and those being removed.
+type Reassignment struct {
+	Topic                      string
+	Partition                  int32
+	Replicas, Adding, Removing []int32
+}
+
+// PartitionReassigner is implemented by a Backend whose partitions have
+// replicas that can move between brokers (ISR mode; Kafka's KIP-455).
+// Without it a partition has one replica, which leads it: nothing to move
+// (reassignments.go).
+type PartitionReassigner interface {
+	// AlterPartitionReassignments starts, replaces or (nil Replicas)
+	// cancels each partition's reassignment (of existing topics: the front
+	// end answers unknown ones itself), with allowRFChange false refusing
+	// a change of replication factor (KIP-860), and answers each once the
+	// partition's record shows the change, or at timeout
+	// (kerr.RequestTimedOut): nil, kerr.InvalidReplicaAssignment,
+	// kerr.NoReassignmentInProgress, kerr.InvalidReplicationFactor, … in
+	// the order asked.
+	AlterPartitionReassignments(ctx context.Context, reqs []ReassignmentRequest, allowRFChange bool, timeout time.Duration) []ReassignmentResult
+	// ListPartitionReassignments lists the reassignments in progress of
+	// the partitions named (nil: of every topic; a topic's nil Partitions:
+	// all of its).
+	ListPartitionReassignments(ctx context.Context, topics []TopicPartitions) ([]Reassignment, error)
+}
+
+// BrokerConfigAlterer is implemented by a Backend with dynamic broker
+// configs (Kafka's IncrementalAlterConfigs on a BROKER resource: broker
+// "" is the cluster-wide default, otherwise a broker id). Without it
+// broker configs are static: INVALID_REQUEST.
+type BrokerConfigAlterer interface {
+	AlterBrokerConfigs(ctx context.Context, broker string, ops []ConfigOp, validateOnly bool) error
 }
 
 // GroupCoordinator serves the classic consumer-group protocol and committed

@@ -14,7 +14,12 @@ package kafka
 // broker answers INVALID_REQUEST too (clients send those to that broker).
 //
 // IncrementalAlterConfigs serves topic resources (Backend.AlterTopicConfigs,
-// validate_only passed through); broker configs are static in Quire, so
+// validate_only passed through) and, when the Backend has dynamic broker
+// configs (BrokerConfigAlterer: ISR mode's replication throttle rates),
+// broker resources: "" for the cluster-wide default, or a broker id (any
+// broker's, at any broker: the configs live in the metadata store, where
+// Kafka would send the request to that broker); the Backend's refusals
+// come with its message. Without one, broker configs are static and
 // broker resources answer INVALID_REQUEST, as do other types and unknown
 // operations. The legacy AlterConfigs (33), which replaces a resource's
 // whole config set, is not served (kadm and kafka-clients use the
@@ -93,23 +98,33 @@ func handleIncrementalAlterConfigs(s *Server, _ context.Context, rq *request) fi
 			rr := kmsg.NewIncrementalAlterConfigsResponseResource()
 			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
 			var code int16
-			if r.ResourceType != kmsg.ConfigResourceTypeTopic {
+			var msg *string
+			ops := make([]ConfigOp, 0, len(r.Configs))
+			for _, c := range r.Configs {
+				if c.Op < kmsg.IncrementalAlterConfigOpSet || c.Op > kmsg.IncrementalAlterConfigOpSubtract {
+					code = kerr.InvalidRequest.Code
+				}
+				ops = append(ops, ConfigOp{Name: c.Name, Op: c.Op, Value: c.Value})
+			}
+			alterer, dynamic := s.backend.(BrokerConfigAlterer)
+			switch {
+			case code != 0:
+			case r.ResourceType == kmsg.ConfigResourceTypeTopic:
+				code = s.errorCode(s.backend.AlterTopicConfigs(ctx, r.ResourceName, ops, req.ValidateOnly), "alter topic configs", "topic", r.ResourceName)
+				s.topicLimits.forget(r.ResourceName)
+			case r.ResourceType == kmsg.ConfigResourceTypeBroker && dynamic:
+				err := alterer.AlterBrokerConfigs(ctx, r.ResourceName, ops, req.ValidateOnly)
+				if code = s.errorCode(err, "alter broker configs", "broker", r.ResourceName); code != 0 {
+					msg = electionMessage(err, code)
+				}
+			default:
 				code = kerr.InvalidRequest.Code
-			} else {
-				ops := make([]ConfigOp, 0, len(r.Configs))
-				for _, c := range r.Configs {
-					if c.Op < kmsg.IncrementalAlterConfigOpSet || c.Op > kmsg.IncrementalAlterConfigOpSubtract {
-						code = kerr.InvalidRequest.Code
-					}
-					ops = append(ops, ConfigOp{Name: c.Name, Op: c.Op, Value: c.Value})
-				}
-				if code == 0 {
-					code = s.errorCode(s.backend.AlterTopicConfigs(ctx, r.ResourceName, ops, req.ValidateOnly), "alter topic configs", "topic", r.ResourceName)
-					s.topicLimits.forget(r.ResourceName)
-				}
 			}
 			rr.ErrorCode = rq.note(code)
 			rr.ErrorMessage = errorMessage(code)
+			if msg != nil {
+				rr.ErrorMessage = msg
+			}
 			resp.Resources = append(resp.Resources, rr)
 		}
 		return resp

@@ -24,14 +24,26 @@ package kafka
 // (EpochPartition, ISR mode) as KIP-320 says: older than the partition's
 // FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, −1 not checked; a
 // ledger-mode partition has no epochs (Metadata gives −1) and checks
-// nothing. Kafka checks the epoch before leadership, so a follower answers
-// a stale epoch FENCED_LEADER_EPOCH; here a broker that does not lead the
-// partition answers NOT_LEADER_OR_FOLLOWER first (both make a client
-// refresh its metadata). A consumer's last_fetched_epoch is not checked
+// nothing; a follower serving a v11+ fetch checks it against the leader
+// epoch it knows. Kafka checks the epoch before leadership, so a follower
+// answers a stale epoch FENCED_LEADER_EPOCH at any version; here a broker
+// that does not serve the partition to this fetch (not its leader, nor a
+// follower for v11+) answers NOT_LEADER_OR_FOLLOWER first (both make a
+// client refresh its metadata). A consumer's last_fetched_epoch is not checked
 // (only followers send it; their fetches are the backend's). Replica (follower)
 // fetches are served like a consumer's, unless the backend implements
 // ReplicaFetchBackend: then it answers them whole (epochs, diverging epoch,
-// its own long-poll). preferred_read_replica is −1.
+// its own long-poll).
+//
+// Follower fetching (KIP-392), for backends with followers (ISR mode): a
+// consumer's v11+ fetch takes its partitions from FollowerFetchBackend, so
+// a follower serves them up to its own HW (older versions get
+// NOT_LEADER_OR_FOLLOWER there, as before), and a leader whose partition
+// is a ReadReplicaSelector may answer a partition with
+// preferred_read_replica (the broker's replica.selector.class decides, for
+// a request with a rack_id): no records, the leader's HW, last stable
+// offset and log start, and the fetch answered without a long-poll, as
+// Kafka does. Otherwise preferred_read_replica is −1.
 
 import (
 	"context"
@@ -50,7 +62,7 @@ var noRecords = []byte{}
 
 func handleFetch(s *Server, _ context.Context, rq *request) finishFunc {
 	req := rq.kreq.(*kmsg.FetchRequest)
-	if rb, ok := s.backend.(ReplicaFetchBackend); ok && (req.ReplicaID >= 0 || req.ReplicaState.ID >= 0) {
+	if rb, ok := s.backend.(ReplicaFetchBackend); ok && !isConsumerFetch(req) {
 		return func(ctx context.Context) kmsg.Response { return s.replicaFetch(ctx, rq, rb, req) }
 	}
 	return func(ctx context.Context) kmsg.Response { return s.fetch(ctx, rq, req) }
@@ -100,6 +112,7 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 	}
 
 	var parts []fetchPartition
+	redirected := false // a partition was answered with a preferred read replica
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
 		rt.Topic, rt.TopicID = t.Topic, t.TopicID
@@ -117,15 +130,18 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 			var part Partition
 			if code == 0 {
 				var err error
-				part, err = s.backend.Partition(ctx, name, p.Partition)
+				part, err = s.partitionToFetch(ctx, req, name, p.Partition)
 				code = s.errorCode(err, "fetch: partition", "topic", name, "partition", p.Partition)
 				if code == 0 {
 					code = checkLeaderEpoch(part, p.CurrentLeaderEpoch)
 				}
 			}
-			if code != 0 {
+			switch {
+			case code != 0:
 				rp.ErrorCode = rq.note(code)
-			} else {
+			case preferReplica(ctx, req, part, &rp, p.FetchOffset):
+				redirected = true
+			default:
 				parts = append(parts, fetchPartition{
 					topic: len(resp.Topics), partition: len(rt.Partitions),
 					part: part, offset: p.FetchOffset, maxBytes: p.PartitionMaxBytes,
@@ -143,7 +159,7 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)
 	for {
 		total, failed := s.readPartitions(ctx, rq, answer, parts, maxBytes)
-		if failed || total >= int(req.MinBytes) || len(parts) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+		if failed || redirected || total >= int(req.MinBytes) || len(parts) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return answer
 		}
 		woken := waitForData(ctx, parts, deadline)
@@ -157,6 +173,44 @@ func (s *Server) fetch(ctx context.Context, rq *request, req *kmsg.FetchRequest)
 			return answer
 		}
 	}
+}
+
+// partitionToFetch is the partition a fetch reads: for a consumer's v11+
+// fetch, from a backend with followers, the leader's or a follower's
+// (FollowerFetchBackend); otherwise the backend's Partition.
+func (s *Server) partitionToFetch(ctx context.Context, req *kmsg.FetchRequest, topic string, partition int32) (Partition, error) {
+	if fb, ok := s.backend.(FollowerFetchBackend); ok && req.Version >= 11 && isConsumerFetch(req) {
+		return fb.FetchPartition(ctx, topic, partition)
+	}
+	return s.backend.Partition(ctx, topic, partition)
+}
+
+// isConsumerFetch: the fetch names no replica (a follower's names itself
+// in replica_id before v15, in replica_state from v15).
+func isConsumerFetch(req *kmsg.FetchRequest) bool {
+	return req.ReplicaID < 0 && req.ReplicaState.ID < 0
+}
+
+// preferReplica answers rp with the partition's preferred read replica
+// when its leader sends this consumer elsewhere (ReadReplicaSelector, v11+
+// with a rack_id): error 0, no records, where the partition is. It
+// reports whether it did.
+func preferReplica(ctx context.Context, req *kmsg.FetchRequest, part Partition, rp *kmsg.FetchResponseTopicPartition, offset int64) bool {
+	sel, ok := part.(ReadReplicaSelector)
+	if !ok || req.Version < 11 || req.Rack == "" || !isConsumerFetch(req) {
+		return false
+	}
+	id := sel.PreferredReadReplica(ctx, req.Rack, offset)
+	if id < 0 {
+		return false
+	}
+	hw := part.HighWatermark()
+	lso := hw
+	if tp, ok := part.(TransactionalPartition); ok {
+		lso = min(tp.LastStableOffset(), hw)
+	}
+	rp.PreferredReadReplica, rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = id, hw, lso, part.LogStartOffset()
+	return true
 }
 
 // readPartitions reads every partition into resp (replacing what an earlier

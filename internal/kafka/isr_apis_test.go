@@ -418,6 +418,14 @@ func TestISRAPIsAuthorization(t *testing.T) {
 		if resp := conn.request(dirs).(*kmsg.DescribeLogDirsResponse); denied != (resp.ErrorCode == kerr.ClusterAuthorizationFailed.Code) {
 			t.Errorf("%s: describe log dirs: %d", user, resp.ErrorCode)
 		}
+		reassign := conn.request(alterReassignments(1, true, map[string]map[int32][]int32{"orders": {0: {1}}})).(*kmsg.AlterPartitionAssignmentsResponse)
+		if code := reassignmentCodes(reassign)["orders-0"]; denied != (code == kerr.ClusterAuthorizationFailed.Code && reassign.ErrorCode == code) {
+			t.Errorf("%s: alter partition reassignments: top %d, partition %d", user, reassign.ErrorCode, code)
+		}
+		listed := conn.request(kmsg.NewPtrListPartitionReassignmentsRequest()).(*kmsg.ListPartitionReassignmentsResponse)
+		if denied != (listed.ErrorCode == kerr.ClusterAuthorizationFailed.Code) {
+			t.Errorf("%s: list partition reassignments: %d", user, listed.ErrorCode)
+		}
 		epochs := conn.request(offsetForLeaderEpoch(4, "orders", 0, -1, 0)).(*kmsg.OffsetForLeaderEpochResponse)
 		if code := epochs.Topics[0].Partitions[0].ErrorCode; denied != (code == kerr.TopicAuthorizationFailed.Code) {
 			t.Errorf("%s: offset for leader epoch: %d", user, code)

@@ -88,7 +88,7 @@ var cores = []corePackage{
 		// fetchers, the etcd controller) is the next issue's.
 		dir: "internal/isr",
 		core: []string{"controller.go", "doc.go", "election.go", "follower.go", "invariants.go", "leader.go",
-			"log.go", "memlog.go", "replica.go", "state.go", "types.go"},
+			"log.go", "memlog.go", "reassign.go", "replica.go", "state.go", "types.go"},
 	},
 	{
 		// offsets.go is core: Group methods that take the time as an

@@ -17,7 +17,7 @@
 // runs a compacted topic instead, with a compactor and the compaction
 // checker of topic_compact.go).
 //
-// A third, RunISR (isr.go, isr_faults.go, isr_clients.go, isr_check.go;
+// A third, RunISR (isr.go, isr_faults.go, isr_reassign.go, isr_clients.go, isr_check.go;
 // `quire sim isr`), runs Kafka's ISR mode: internal/isr's Replicas over
 // MemLogs on 3-5 brokers and its Controller, whose records, broker sessions
 // and own session live in a modelled metadata store (sessions expire when a
@@ -28,7 +28,9 @@
 // lag bound, and faults: crashes keeping or losing the page cache
 // (sometimes of every replica at once), pauses (zombie leaders), slow
 // followers, the seed's network partitions NP1-NP8, and followers leaving
-// the ISR before the leader crashes (K4/K7). Its checkers: no acks=all
+// the ISR before the leader crashes (K4/K7); about a third of the seeds also
+// reassign a partition among the faults (isr_reassign.go: moves, growth,
+// shrinks, cancels; brokers open and delete replicas as the records say). Its checkers: no acks=all
 // record or consumed record lost unless the run permits it (an unclean
 // election; at least min.insync.replicas brokers losing their page cache
 // at once; with ELR off any power loss, the "last replica standing"),

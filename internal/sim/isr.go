@@ -125,6 +125,9 @@ type isrBroker struct {
 	ctrl        *isrController
 	lossEpoch   int64
 	uncleanNext bool // the next registration reports an unclean shutdown
+	// seen is the newest record of each partition the broker saw
+	// (isr_reassign.go's assign), kept when a replica is deleted.
+	seen map[string]isr.PartitionState
 }
 
 // logEnds is what the broker registers: where each of its logs ends
@@ -183,6 +186,9 @@ type isrSim struct {
 	consumers map[string]*isrConsumer
 
 	faults []isrFault
+	// reassigns are the partition reassignments the seed drew
+	// (isr_reassign.go).
+	reassigns []isrReassign
 	// onNewLeader: a fault waiting for a partition's next leader (called
 	// once, when a record names a new leader).
 	onNewLeader map[string]func(isr.BrokerID)
@@ -233,9 +239,13 @@ func RunISR(seed int64, opts ISROptions) (res ISRResult) {
 		lossProb: []float64{0, 0.002, 0.01}[s.e.intn(0, 2)],
 	}, &s.netStat)
 	s.faults = drawISRFaults(s)
+	s.reassigns = drawISRReassignments(seed, s.cfg)
 	res.Scenario = s.describe()
 	s.e.tracef("sim", "config %s", s.cfg)
 	s.e.tracef("sim", "faults %s", describeFaults(s.faults))
+	if len(s.reassigns) > 0 {
+		s.e.tracef("sim", "reassignments %s", describeReassigns(s.reassigns))
+	}
 
 	defer func() {
 		if p := recover(); p != nil {
@@ -301,14 +311,19 @@ func drawISRConfig(e *engine) isrConfig {
 }
 
 func (s *isrSim) describe() string {
-	return s.cfg.String() + " mutant=" + map[bool]string{true: "yes", false: "no"}[s.mutants.Any()] + " faults=" + describeFaults(s.faults)
+	d := s.cfg.String() + " mutant=" + map[bool]string{true: "yes", false: "no"}[s.mutants.Any()] + " faults=" + describeFaults(s.faults)
+	if len(s.reassigns) > 0 {
+		d += " reassignments=" + describeReassigns(s.reassigns)
+	}
+	return d
 }
 
 // start registers every broker, starts the controller, creates the
 // partitions and schedules the clients, the ticks and the faults.
 func (s *isrSim) start() {
 	for i := 1; i <= s.cfg.brokers; i++ {
-		b := &isrBroker{id: isr.BrokerID(i), up: true, replicas: map[string]*isr.Replica{}, logs: map[string]*isr.MemLog{}}
+		b := &isrBroker{id: isr.BrokerID(i), up: true, replicas: map[string]*isr.Replica{}, logs: map[string]*isr.MemLog{},
+			seen: map[string]isr.PartitionState{}}
 		s.brokers = append(s.brokers, b)
 		s.byName[brokerName(b.id)] = b
 		s.rev++
@@ -344,6 +359,9 @@ func (s *isrSim) start() {
 	}
 	for _, f := range s.faults {
 		s.scheduleFault(f)
+	}
+	for _, r := range s.reassigns {
+		s.scheduleReassign(r)
 	}
 	s.e.at(isrHealAt, s.healAll)
 	var check func()
@@ -631,6 +649,8 @@ func (s *isrSim) controllerEvent(c *isrController, ev isr.Event) {
 		s.situation("controller deposed")
 	case isr.EventFenced:
 		s.situation("broker fenced")
+	case isr.EventReassignment:
+		s.reassignmentEvent(ev)
 	}
 }
 
@@ -734,9 +754,10 @@ func (s *isrSim) register(b *isrBroker) {
 				b.replicas[part].SetBrokerEpoch(reg.Epoch, s.now())
 			}
 			// Registered, it reads the current records (KRaft's metadata
-			// log); pushes before this were not for this incarnation.
+			// log); pushes before this were not for this incarnation. A
+			// reassignment may have added or removed it meanwhile.
 			for _, p := range sortedKeys(s.records) {
-				if r := b.replicas[p]; r != nil {
+				if r := s.assign(b, s.records[p].state.Clone()); r != nil {
 					r.ApplyState(s.records[p].state.Clone(), s.now())
 					s.drainReplica(b, r)
 				}
@@ -756,9 +777,12 @@ func (s *isrSim) register(b *isrBroker) {
 
 func (s *isrSim) onPush(to string, p isr.StatePush) {
 	b := s.brokerByName(to)
-	r := b.replicas[p.State.Partition]
-	if r == nil || b.epoch == 0 {
+	if b.epoch == 0 {
 		return // not registered yet: it reads the records once it is
+	}
+	r := s.assign(b, p.State) // a reassignment may add or remove it
+	if r == nil {
+		return
 	}
 	r.ApplyState(p.State, s.now())
 	s.drainReplica(b, r)

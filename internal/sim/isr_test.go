@@ -37,6 +37,9 @@ var isrSituations = []string{
 	"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "session expired", "broker fenced", "controller failover",
 	"diverging epoch", "fenced leader epoch", "permitted loss", "acks=1 loss", "lossy failures >= min.insync.replicas",
 	"unclean recovery",
+	// Reassignments (isr_reassign.go), drawn by about a third of the seeds.
+	"reassignment started", "reassignment completed", "reassignment cancelled", "replica opened by a reassignment",
+	"replica deleted by a reassignment",
 	// Not reached yet (see the report): "controller deposed" and "CAS
 	// conflict" need a deposed controller to receive a proposal; brokers
 	// learn of the new controller within a heartbeat.

@@ -465,6 +465,18 @@ func (s *Service) Elect(ctx context.Context, name string, kind isr.ElectionKind)
 	return err
 }
 
+// Reassign starts, replaces or cancels a partition's reassignment (Kafka's
+// AlterPartitionReassignments; see isr.Controller.Reassign): it returns
+// once the write is asked for, or the core's refusal. The record shows the
+// reassignment once written, and its completion later.
+func (s *Service) Reassign(ctx context.Context, req isr.ReassignRequest) error {
+	var err error
+	if cerr := s.call(ctx, func(t *term) { err = t.core.Reassign(req, time.Now()) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 // AlterPartition submits a leader's ISR proposal and waits for the answer.
 func (s *Service) AlterPartition(ctx context.Context, req isr.AlterPartitionRequest) (isr.AlterPartitionResponse, error) {
 	ch := make(chan isr.AlterPartitionResponse, 1)

@@ -35,10 +35,11 @@ const (
 
 // proposal is a request to the active controller, as stored.
 type proposal struct {
-	Alter  *isr.AlterPartitionRequest `json:"alter,omitempty"`
-	Create *createPartition           `json:"create,omitempty"`
-	Delete string                     `json:"delete,omitempty"` // a partition name
-	Elect  *electLeader               `json:"elect,omitempty"`
+	Alter    *isr.AlterPartitionRequest `json:"alter,omitempty"`
+	Create   *createPartition           `json:"create,omitempty"`
+	Delete   string                     `json:"delete,omitempty"` // a partition name
+	Elect    *electLeader               `json:"elect,omitempty"`
+	Reassign *isr.ReassignRequest       `json:"reassign,omitempty"`
 }
 
 type electLeader struct {
@@ -65,7 +66,8 @@ type answer struct {
 var protocolErrors = []error{isr.ErrNotController, isr.ErrInvalidUpdateVersion, isr.ErrIneligibleReplica,
 	isr.ErrUnknownPartition, isr.ErrInvalidRequest, isr.ErrStaleBrokerEpoch, isr.ErrFencedLeaderEpoch,
 	isr.ErrNotLeaderOrFollower, isr.ErrVersionConflict, isr.ErrNotEnoughReplicas, isr.ErrRequestTimedOut,
-	isr.ErrElectionNotNeeded, isr.ErrPreferredLeaderNotAvailable, isr.ErrEligibleLeadersNotAvailable}
+	isr.ErrElectionNotNeeded, isr.ErrPreferredLeaderNotAvailable, isr.ErrEligibleLeadersNotAvailable,
+	isr.ErrInvalidReplicaAssignment, isr.ErrNoReassignmentInProgress, isr.ErrInvalidReplicationFactor}
 
 func errorName(err error) string {
 	if err == nil {
@@ -83,8 +85,25 @@ func errorFromName(name string) error {
 			return fmt.Errorf("%s: %w", strings.TrimSuffix(strings.TrimSuffix(name, e.Error()), ": "), e)
 		}
 	}
+	// The outcome named inside the text, with its details after it
+	// ("reassign p (…): isr: INVALID_REPLICA_ASSIGNMENT: broker 9 is not
+	// registered").
+	for _, e := range protocolErrors {
+		if strings.Contains(name, e.Error()+": ") {
+			return namedError{msg: name, err: e}
+		}
+	}
 	return errors.New(name)
 }
+
+// namedError is an answer's error text that names a protocol outcome.
+type namedError struct {
+	msg string
+	err error
+}
+
+func (e namedError) Error() string { return e.msg }
+func (e namedError) Unwrap() error { return e.err }
 
 // Client sends proposals to the active controller wherever it runs. It
 // implements isrnode.Controller.
@@ -131,6 +150,20 @@ func (c Client) DeletePartition(ctx context.Context, name string) error {
 // leader shows under isr.PartitionKey once written.
 func (c Client) Elect(ctx context.Context, name string, kind isr.ElectionKind) error {
 	a, err := c.call(ctx, proposal{Elect: &electLeader{Name: name, Kind: kind}})
+	if err != nil {
+		return err
+	}
+	return errorFromName(a.Err)
+}
+
+// Reassign asks for a partition's reassignment to start, be replaced or
+// (a nil Target) be cancelled, and returns once the controller asked for
+// the write, or its refusal (isr.ErrInvalidReplicaAssignment,
+// isr.ErrNoReassignmentInProgress, isr.ErrInvalidReplicationFactor,
+// isr.ErrUnknownPartition); the record under isr.PartitionKey shows it
+// once written.
+func (c Client) Reassign(ctx context.Context, req isr.ReassignRequest) error {
+	a, err := c.call(ctx, proposal{Reassign: &req})
 	if err != nil {
 		return err
 	}
@@ -253,6 +286,12 @@ func (s *Service) answerProposal(ctx context.Context, sess meta.Session, epoch i
 		a.Err = errorName(err)
 	case p.Elect != nil:
 		err := s.Elect(ctx, p.Elect.Name, p.Elect.Kind)
+		if ctx.Err() != nil {
+			return
+		}
+		a.Err = errorName(err)
+	case p.Reassign != nil:
+		err := s.Reassign(ctx, *p.Reassign)
 		if ctx.Err() != nil {
 			return
 		}

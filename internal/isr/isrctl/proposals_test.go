@@ -3,6 +3,7 @@ package isrctl
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,6 +93,45 @@ func TestProposalsThroughTheStore(t *testing.T) {
 		st, ok := record(t, ctx, brokers, "t-0")
 		return ok && st.Leader == 2 && st.PartitionEpoch == 0
 	})
+	// Reassignments from another process: a shrink completes at once; a
+	// growth waits for its adding replica (no replica runs here to catch
+	// up) until cancelled; refusals come back as themselves.
+	if err := client.Reassign(ctx, isr.ReassignRequest{Partition: "t-0", Target: []isr.BrokerID{2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the shrink to (2,3)", func() bool {
+		st, ok := record(t, ctx, brokers, "t-0")
+		return ok && slices.Equal(st.Replicas, []isr.BrokerID{2, 3}) && !st.Reassigning()
+	})
+	if err := client.Reassign(ctx, isr.ReassignRequest{Partition: "t-0", Target: []isr.BrokerID{2, 3, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the growth to (2,3,1) in progress", func() bool {
+		st, ok := record(t, ctx, brokers, "t-0")
+		return ok && slices.Equal(st.AddingReplicas, []isr.BrokerID{1})
+	})
+	for _, tc := range []struct {
+		req  isr.ReassignRequest
+		want error
+	}{
+		{isr.ReassignRequest{Partition: "t-0", Target: []isr.BrokerID{2, 9}}, isr.ErrInvalidReplicaAssignment},
+		{isr.ReassignRequest{Partition: "t-0", Target: []isr.BrokerID{2}, KeepReplicationFactor: true}, isr.ErrInvalidReplicationFactor},
+		{isr.ReassignRequest{Partition: "t-9"}, isr.ErrUnknownPartition},
+	} {
+		if err := client.Reassign(ctx, tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("reassign %+v: %v, want %v", tc.req, err, tc.want)
+		}
+	}
+	if err := client.Reassign(ctx, isr.ReassignRequest{Partition: "t-0"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the growth cancelled", func() bool {
+		st, ok := record(t, ctx, brokers, "t-0")
+		return ok && slices.Equal(st.Replicas, []isr.BrokerID{2, 3}) && !st.Reassigning()
+	})
+	if err := client.Reassign(ctx, isr.ReassignRequest{Partition: "t-0"}); !errors.Is(err, isr.ErrNoReassignmentInProgress) {
+		t.Fatalf("cancel with nothing in progress: %v", err)
+	}
 	testutil.WaitFor(t, "no proposal or answer left", func() bool {
 		for _, prefix := range []string{ProposalPrefix, AnswerPrefix} {
 			if kvs, _, err := meta.ListAll(ctx, brokers, prefix); err != nil || len(kvs) > 0 {

@@ -257,6 +257,12 @@ func errorCode(err error) int16 {
 		return kerr.PreferredLeaderNotAvailable.Code
 	case errors.Is(err, isr.ErrEligibleLeadersNotAvailable):
 		return kerr.EligibleLeadersNotAvailable.Code
+	case errors.Is(err, isr.ErrInvalidReplicaAssignment):
+		return kerr.InvalidReplicaAssignment.Code
+	case errors.Is(err, isr.ErrNoReassignmentInProgress):
+		return kerr.NoReassignmentInProgress.Code
+	case errors.Is(err, isr.ErrInvalidReplicationFactor):
+		return kerr.InvalidReplicationFactor.Code
 	case errors.Is(err, ErrLogFailed), errors.Is(err, isr.ErrKafkaStorageError):
 		return kerr.KafkaStorageError.Code
 	default:

@@ -22,7 +22,9 @@ import (
 // Kafka listener, and each partition's answer goes back to its core. The
 // leader holds the Fetch while it has nothing new (max_wait_ms), so a
 // follower fetches again as soon as an answer is in; a failed Fetch, and a
-// partition answered with an error, wait FetchBackoff first.
+// partition answered with an error, wait FetchBackoff first. A partition
+// the follower throttle holds back (throttle.go) waits out of the Fetch
+// until the rate allows it.
 type fetcher struct {
 	m      *Manager
 	source isr.BrokerID
@@ -123,6 +125,17 @@ func (f *fetcher) take() (map[string]pendingFetch, time.Duration) {
 			}
 			continue
 		}
+		if f.held(pf.r) {
+			// Throttled and out of sync while the follower rate is over
+			// its bound: left out of this Fetch, and fetched from where
+			// it is once the rate is back under (throttle.go).
+			if over, d := f.m.throttle.follower.exceeded(now); over {
+				if wait == 0 || d < wait {
+					wait = d
+				}
+				continue
+			}
+		}
 		delete(f.backoff, name)
 		if batch == nil {
 			batch = map[string]pendingFetch{}
@@ -220,6 +233,9 @@ func (f *fetcher) request(batch map[string]pendingFetch) *kmsg.FetchRequest {
 		p.LastFetchedEpoch = pf.req.LastFetchedEpoch
 		p.LogStartOffset = -1
 		p.PartitionMaxBytes = cfg.FetchPartitionMaxBytes
+		if f.held(pf.r) {
+			p.PartitionMaxBytes = f.m.throttle.follower.share(cfg.FetchPartitionMaxBytes)
+		}
 		t := &req.Topics[len(req.Topics)-1]
 		t.Partitions = append(t.Partitions, p)
 	}
@@ -312,6 +328,11 @@ func (f *fetcher) answer(batch map[string]pendingFetch, resp *kmsg.FetchResponse
 					out.Err = fmt.Errorf("fetch %s from broker %d: %w", name, f.source, err)
 				}
 				out.Batches = batches
+				if f.m.throttle.followerThrottled(pf.r) {
+					// Every byte of a throttled partition counts, in sync
+					// or not, as Kafka's follower quota records them.
+					f.m.throttle.recordFollower(len(p.RecordBatches), time.Now())
+				}
 			}
 			f.deliver(pf, out, name, out.Err != nil)
 		}
@@ -321,6 +342,13 @@ func (f *fetcher) answer(batch map[string]pendingFetch, resp *kmsg.FetchResponse
 			f.deliver(pf, isr.FetchResponse{Err: fmt.Errorf("fetch %s from broker %d: %w", name, f.source, isr.ErrUnknownPartition)}, name, true)
 		}
 	}
+}
+
+// held reports whether a partition's fetches are subject to the follower
+// throttle: throttled here, and this replica not in its ISR (in-sync
+// replication is never held back).
+func (f *fetcher) held(r *replica) bool {
+	return f.m.throttle.followerThrottled(r) && !inSync(r, f.m.cfg.Broker)
 }
 
 // resubmitGrace bounds how long a Fetch waits for the cores just answered

@@ -73,6 +73,9 @@ type Config struct {
 	// AlterPartitionTimeout bounds one ISR proposal's round trip (default
 	// 5 s).
 	AlterPartitionTimeout time.Duration
+	// ThrottleWindow samples the replication throttle's rates (zero:
+	// Kafka's 11 windows of 1 s; throttle.go).
+	ThrottleWindow ThrottleWindow
 	// TopicID names a topic in Fetch v13+ (default DefaultTopicID). Leaders
 	// and followers must use the same.
 	TopicID func(topic string) [16]byte
@@ -147,6 +150,8 @@ type Manager struct {
 	// isrShrinks and isrExpands count the ISR changes this broker's
 	// leaders proposed and the controller applied (Stats).
 	isrShrinks, isrExpands atomic.Int64
+	// throttle is the replication throttle (throttle.go).
+	throttle *throttles
 
 	mu          sync.Mutex
 	closed      bool
@@ -169,7 +174,8 @@ func Start(cfg Config) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{cfg: cfg, log: cfg.Logger.With("component", "isr-node", "broker", cfg.Broker), ctx: ctx, cancel: cancel,
-		replicas: map[string]*replica{}, fetchers: map[isr.BrokerID]*fetcher{}, topics: map[[16]byte]string{}}
+		replicas: map[string]*replica{}, fetchers: map[isr.BrokerID]*fetcher{}, topics: map[[16]byte]string{},
+		throttle: newThrottles(cfg.ThrottleWindow)}
 	if err := m.readShutdownState(); err != nil {
 		cancel()
 		return nil, err
@@ -412,7 +418,7 @@ func (m *Manager) watchPartitions() {
 					m.applyRecord(ev.Key, ev.Value)
 				case meta.EventDelete:
 					// Its topic was deleted: the replica goes, log and all.
-					m.removeReplica(strings.TrimPrefix(ev.Key, isr.PartitionPrefix))
+					m.removeReplica(strings.TrimPrefix(ev.Key, isr.PartitionPrefix), "its partition was deleted")
 				}
 			}
 		}
@@ -433,8 +439,18 @@ func (m *Manager) applyRecord(key string, value []byte) {
 		return
 	}
 	r := m.replicas[st.Partition]
+	named := slices.Contains(st.Replicas, m.cfg.Broker)
+	_, onDisk := m.diskLogEnds[st.Partition]
+	if !named && (r != nil || onDisk) {
+		// A reassignment removed this broker (while it ran, or while it
+		// was down): the replica stops and its log goes, as Kafka's
+		// StopReplica with delete and its stray-log cleanup do.
+		m.mu.Unlock()
+		m.removeReplica(st.Partition, "a reassignment removed this broker")
+		return
+	}
 	if r == nil {
-		if !slices.Contains(st.Replicas, m.cfg.Broker) {
+		if !named {
 			m.mu.Unlock()
 			return
 		}
@@ -452,29 +468,41 @@ func (m *Manager) applyRecord(key string, value []byte) {
 }
 
 // removeReplica stops partition's replica here, if any, and deletes its
-// log (the partition's record was deleted with its topic). A replica whose
-// record was deleted while this broker was down stays on disk until a
-// record names it again.
-func (m *Manager) removeReplica(partition string) {
+// log: the partition's record was deleted with its topic, or no longer
+// names this broker (why says which). A replica whose record was deleted
+// while this broker was down stays on disk until a record names it again;
+// one a reassignment removed meanwhile goes when the record is read.
+func (m *Manager) removeReplica(partition, why string) {
 	m.mu.Lock()
 	r := m.replicas[partition]
-	if r == nil || m.closed {
+	_, onDisk := m.diskLogEnds[partition]
+	if r == nil && !onDisk || m.closed {
 		m.mu.Unlock()
 		return
 	}
+	delete(m.diskLogEnds, partition)
 	delete(m.replicas, partition)
-	if !slices.ContainsFunc(m.replicaList(), func(o *replica) bool { return o.topic == r.topic }) {
+	if r != nil && !slices.ContainsFunc(m.replicaList(), func(o *replica) bool { return o.topic == r.topic }) {
 		delete(m.topics, m.cfg.TopicID(r.topic))
 	}
+	fetchers := make([]*fetcher, 0, len(m.fetchers))
+	for _, f := range m.fetchers {
+		fetchers = append(fetchers, f)
+	}
 	m.mu.Unlock()
-	if err := r.close(); err != nil {
-		m.log.Warn("isr node: close a deleted partition's replica", "partition", partition, "err", err)
+	for _, f := range fetchers {
+		f.forget(partition) // a fetch it still holds is for a replica that is gone
+	}
+	if r != nil {
+		if err := r.close(); err != nil {
+			m.log.Warn("isr node: close a removed replica", "partition", partition, "why", why, "err", err)
+		}
 	}
 	if err := m.cfg.FS.RemoveAll(m.cfg.FS.PathJoin(m.cfg.Dir, partition)); err != nil {
-		m.log.Warn("isr node: delete a deleted partition's log", "partition", partition, "err", err)
+		m.log.Warn("isr node: delete a removed replica's log", "partition", partition, "why", why, "err", err)
 		return
 	}
-	m.log.Info("isr node: deleted the replica of a deleted partition", "partition", partition)
+	m.log.Info("isr node: deleted a replica and its log", "partition", partition, "why", why)
 }
 
 func (m *Manager) replicaList() []*replica {

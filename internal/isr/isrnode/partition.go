@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"quire/internal/isr"
 )
@@ -145,6 +146,52 @@ func (m *Manager) EndOffsetForEpoch(ctx context.Context, partition string, epoch
 		return isr.EpochEndOffset{}, isr.NoEpoch, fmt.Errorf("end offset for epoch %d of %s: %w", epoch, partition, err)
 	}
 	return end, leaderEpoch, nil
+}
+
+// FollowerState is what a partition's leader knows of one follower (KIP-392's
+// replica selector chooses among them where a consumer reads).
+type FollowerState struct {
+	ID    isr.BrokerID
+	InISR bool
+	// LogEndOffset is the follower's LEO as of its last fetch (-1: it has
+	// not fetched in this leader epoch).
+	LogEndOffset int64
+	// LastCaughtUp is when the leader last knew it caught up (zero: never
+	// in this leader epoch).
+	LastCaughtUp time.Time
+}
+
+// Followers returns what partition's leader here knows of each of its
+// followers, in the record's replica order, read off the core on its loop.
+// isr.ErrNotLeaderOrFollower unless the replica leads.
+func (m *Manager) Followers(ctx context.Context, partition string) ([]FollowerState, error) {
+	r, err := m.replica(partition)
+	if err != nil {
+		return nil, err
+	}
+	var out []FollowerState
+	var rerr error
+	err = r.run(ctx, func() {
+		if r.core.Role() != isr.RoleLeader {
+			rerr = isr.ErrNotLeaderOrFollower
+			return
+		}
+		st := r.core.State()
+		for _, id := range st.Replicas {
+			if id == m.cfg.Broker {
+				continue
+			}
+			out = append(out, FollowerState{ID: id, InISR: st.InISR(id),
+				LogEndOffset: r.core.FollowerLogEndOffset(id), LastCaughtUp: r.core.FollowerLastCaughtUp(id)})
+		}
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("followers of %s: %w", partition, err)
+	}
+	return out, nil
 }
 
 // ReplicaLog is one replica's log as DescribeLogDirs shows it.

@@ -3,6 +3,7 @@ package isrnode
 import (
 	"context"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,6 +31,12 @@ import (
 // batch always goes, as KIP-74); "no epoch known" (the core's {-1, -1}) is
 // sent as diverging epoch -1 ending at 0, which truncates a follower the
 // same way; last_stable_offset is the HW (no transactions).
+//
+// The leader throttle (throttle.go): a partition in this broker's
+// leader.replication.throttled.replicas fetched by a follower outside its
+// ISR is answered with no records while the leader rate is over its
+// bound (and with at most a quarter window's worth of it otherwise); the
+// bytes of every throttled partition sent count against the rate.
 func (m *Manager) HandleReplicaFetch(ctx context.Context, req *kmsg.FetchRequest) *kmsg.FetchResponse {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	replicaID, brokerEpoch := req.ReplicaID, int64(-1)
@@ -76,10 +83,34 @@ func (m *Manager) HandleReplicaFetch(ctx context.Context, req *kmsg.FetchRequest
 		maxBytes = int(m.cfg.FetchMaxBytes)
 	}
 	deadline := time.Now().Add(time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond)
+	// The leader throttle (throttle.go): throttled[i] says partition i's
+	// bytes count against the leader rate, held[i] that its records are
+	// held back while the rate is over its bound (the follower is out of
+	// sync); sent[i] is what the answer carries of it.
+	throttled, held, sent := make([]bool, len(parts)), make([]bool, len(parts)), make([]int, len(parts))
+	for i, fp := range parts {
+		throttled[i] = m.throttle.leaderThrottled(fp.r)
+		held[i] = throttled[i] && !inSync(fp.r, isr.BrokerID(replicaID))
+	}
+	done := func() *kmsg.FetchResponse {
+		n := 0
+		for i := range parts {
+			if throttled[i] {
+				n += sent[i]
+			}
+		}
+		m.throttle.recordLeader(n, time.Now())
+		return resp
+	}
 	for {
 		total, final := 0, false
 		changed := make([]<-chan struct{}, 0, len(parts))
-		for _, fp := range parts {
+		over := false
+		if slices.Contains(held, true) {
+			over, _ = m.throttle.leader.exceeded(time.Now())
+		}
+		for i, fp := range parts {
+			sent[i] = 0
 			rp := &resp.Topics[fp.t].Partitions[fp.p]
 			res, logStart, ch, err := fp.r.fetch(ctx, fp.req)
 			if err != nil {
@@ -109,6 +140,14 @@ func (m *Manager) HandleReplicaFetch(ctx context.Context, req *kmsg.FetchRequest
 			if p := partitionMaxBytes(req, fp.t, fp.p); p > 0 {
 				limit = min(limit, int(p))
 			}
+			if held[i] {
+				if over {
+					// Answered with no records, from where the follower
+					// asked: it fetches them again once the rate allows.
+					continue
+				}
+				limit = min(limit, int(m.throttle.leader.share(m.cfg.FetchPartitionMaxBytes)))
+			}
 			var records []byte
 			for i, b := range res.Batches {
 				before := len(records)
@@ -122,12 +161,13 @@ func (m *Manager) HandleReplicaFetch(ctx context.Context, req *kmsg.FetchRequest
 				rp.RecordBatches = records
 			}
 			total += len(records)
+			sent[i] = len(records)
 		}
 		if final || total >= int(req.MinBytes) || len(parts) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return resp
+			return done()
 		}
 		if !waitForChange(ctx, changed, deadline) {
-			return resp
+			return done()
 		}
 	}
 }
