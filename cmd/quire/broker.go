@@ -56,8 +56,11 @@ type brokerFlags struct {
 	isr               broker.ISRConfig      // ISR mode (--isr-data-dir; standalone_isr.go)
 	replicaSelector   string                // --kafka-replica-selector, into isr.ReplicaSelector
 	registerer        prometheus.Registerer // nil: prometheus.DefaultRegisterer
-	pulsarMaxMessage  int
-	pulsarKeyRing     bool
+	// localBookies are the bookies of this process (the standalone's), by
+	// address: the broker's ranged reads go to them directly.
+	localBookies     map[string]client.LocalBookie
+	pulsarMaxMessage int
+	pulsarKeyRing    bool
 }
 
 // register adds the flags; pulsarAddr is --pulsar-addr's default ("": off).
@@ -166,7 +169,7 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 		closeListeners()
 		return nil, nil, err
 	}
-	bookies := client.New(client.Config{Logger: log, TLS: bookieTLS})
+	bookies := client.New(client.Config{Logger: log, TLS: bookieTLS, Local: b.localBookies})
 	mutants, err := sim.ParseMutant(b.ledgerMutant)
 	if err != nil {
 		closeListeners()

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"quire/internal/admin"
+	"quire/internal/bookie/client"
 	"quire/internal/bookie/node"
 	"quire/internal/meta"
 	"quire/internal/tlsconf"
@@ -125,6 +126,10 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 		}
 		defer n.Close()
 		health.RegisterReporter(n.ID(), bookieReporter(n))
+		if o.broker.localBookies == nil {
+			o.broker.localBookies = map[string]client.LocalBookie{}
+		}
+		o.broker.localBookies[n.Addr()] = n.Local()
 	}
 
 	if ps := &o.broker.pulsarSecurity; ps.tlsAddr == "" && ps.tls.Enabled() {

@@ -74,6 +74,12 @@ type Config struct {
 	// on one TCP stream (head-of-line blocking held produce latency back
 	// by hundreds of milliseconds). Default DefaultReadConnsPerBookie.
 	ReadConnsPerBookie int
+	// Local holds the bookies served by this process, by the address they
+	// register: their ranged reads are taken from the engine directly (no
+	// connection, no frame, no copy; BookKeeper's local transport), what
+	// catch-up reads cost a standalone's shared CPUs. Everything else, adds
+	// first, still goes through a connection.
+	Local map[string]LocalBookie
 	// MaxInFlightPerConn bounds requests sent on a connection and not yet answered. When the
 	// window is full, callers wait: the synchronous methods until their context ends,
 	// AddAsync until AsyncTimeout.
@@ -466,6 +472,16 @@ func (c *Client) LongPollRead(ctx context.Context, addr string, ledgerID, previo
 	}, nil
 }
 
+// LocalBookie is a bookie in this process that ranged reads reach without
+// a connection (Config.Local).
+type LocalBookie interface {
+	// ReadRange answers as a BatchReadRequest would: at most maxEntries
+	// entries of ledgerID from first and about maxBytes of payload (0: the
+	// bookie's limits), never less than the first entry, errors as the wire
+	// carries them (wire.ErrorOf). The payloads are the caller's to keep.
+	ReadRange(ledgerID, first int64, maxEntries, maxBytes int) ([]Entry, error)
+}
+
 // ReadRange reads consecutive entries of a ledger from first, with one BatchReadRequest: at
 // most maxEntries and about maxBytes of payload (0: the bookie's own limit). The bookie
 // answers with what fits in one frame, never less than the first entry, and stops before
@@ -474,6 +490,9 @@ func (c *Client) LongPollRead(ctx context.Context, addr string, ledgerID, previo
 func (c *Client) ReadRange(ctx context.Context, addr string, ledgerID, first int64, maxEntries, maxBytes int) ([]Entry, error) {
 	if maxEntries < 0 || maxBytes < 0 {
 		return nil, fmt.Errorf("bookie %s: read range of ledger %d: %w: maxEntries %d, maxBytes %d", addr, ledgerID, ErrBadRequest, maxEntries, maxBytes)
+	}
+	if lb := c.cfg.Local[addr]; lb != nil {
+		return c.readRangeLocal(ctx, lb, addr, ledgerID, first, maxEntries, maxBytes)
 	}
 	resp, err := c.call(ctx, addr, ledgerID, &wire.Request{Body: &wire.Request_BatchRead{BatchRead: &wire.BatchReadRequest{
 		LedgerId:     ledgerID,
@@ -497,6 +516,34 @@ func (c *Client) ReadRange(ctx context.Context, addr string, ledgerID, first int
 		out[i] = Entry{LedgerID: e.GetLedgerId(), EntryID: e.GetEntryId(), LastAddConfirmed: e.GetLastAddConfirmed(), Payload: e.GetPayload()}
 	}
 	return out, nil
+}
+
+// readRangeLocal is ReadRange from a bookie in this process, checked as an
+// answer from the network is.
+func (c *Client) readRangeLocal(ctx context.Context, lb LocalBookie, addr string, ledgerID, first int64, maxEntries, maxBytes int) ([]Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	es, err := lb.ReadRange(ledgerID, first, maxEntries, maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w", addr, ledgerID, first, err)
+	}
+	if len(es) == 0 || (maxEntries > 0 && len(es) > maxEntries) {
+		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: %d entries", addr, ledgerID, first, ErrMalformed, len(es))
+	}
+	for i, e := range es {
+		if e.LedgerID != ledgerID || e.EntryID != first+int64(i) {
+			return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: entry %d is ledger %d entry %d",
+				addr, ledgerID, first, ErrMalformed, i, e.LedgerID, e.EntryID)
+		}
+	}
+	return es, nil
 }
 
 // DeleteLedger deletes the ledger's entries from the bookie.

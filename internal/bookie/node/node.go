@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"quire/internal/bookie"
+	"quire/internal/bookie/client"
 	"quire/internal/bookie/registry"
 	"quire/internal/bookie/server"
 	"quire/internal/bookie/wire"
@@ -67,9 +68,11 @@ type Node struct {
 	stopMutant func()
 
 	serveErr chan error
-	mu       sync.Mutex
-	readOnly bool
-	closed   bool
+	// localReads holds a token per ReadRangeLocal being served.
+	localReads chan struct{}
+	mu         sync.Mutex
+	readOnly   bool
+	closed     bool
 }
 
 // DefaultEngineConfig returns the engine defaults for a node.
@@ -107,7 +110,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.ID == "" {
 		cfg.ID = cfg.AdvertiseAddr
 	}
-	n := &Node{cfg: cfg, ln: ln, log: cfg.Logger.With("bookie", cfg.ID), serveErr: make(chan error, 1)}
+	n := &Node{cfg: cfg, ln: ln, log: cfg.Logger.With("bookie", cfg.ID), serveErr: make(chan error, 1),
+		localReads: make(chan struct{}, localRangeReads)}
 	reg := cfg.Registerer
 	if reg != nil {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"bookie": cfg.ID}, reg)
@@ -249,6 +253,52 @@ func (n *Node) Addr() string { return n.cfg.AdvertiseAddr }
 
 // Engine exposes the storage engine (tests, tools).
 func (n *Node) Engine() *bookie.Engine { return n.engine }
+
+// ReadRangeLocal is a batch read for a client in this process (the bookie
+// client's local transport): the server's limits (maxEntries at most
+// server.DefaultMaxBatchReadEntries, maxBytes at most a frame's payload, 0
+// for either: the limit), the engine's errors as the wire carries them,
+// at most localRangeReads at once (as the server bounds its own). The
+// payloads are the caller's: their buffers are not recycled.
+func (n *Node) ReadRangeLocal(ledgerID, first int64, maxEntries, maxBytes int) ([]bookie.Entry, error) {
+	if maxEntries <= 0 || maxEntries > server.DefaultMaxBatchReadEntries {
+		maxEntries = server.DefaultMaxBatchReadEntries
+	}
+	if limit := wire.DefaultMaxFrameBytes - wire.FrameOverheadBytes; maxBytes <= 0 || maxBytes > limit {
+		maxBytes = limit
+	}
+	n.localReads <- struct{}{}
+	defer func() { <-n.localReads }()
+	es, err := n.engine.ReadRange(ledgerID, first, maxEntries, maxBytes)
+	if err != nil {
+		return nil, wire.ErrorOf(statusOf(err), wire.ErrorMessage(err))
+	}
+	return es, nil
+}
+
+// Local is the node as the bookie client's local transport reads it
+// (client.Config.Local): ranged reads by a broker in this process (the
+// standalone's) without a connection, frame or copy, which is most of what
+// a catch-up reader costs the CPUs the broker and the bookies share.
+func (n *Node) Local() client.LocalBookie { return localBookie{n} }
+
+type localBookie struct{ n *Node }
+
+func (l localBookie) ReadRange(ledgerID, first int64, maxEntries, maxBytes int) ([]client.Entry, error) {
+	es, err := l.n.ReadRangeLocal(ledgerID, first, maxEntries, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]client.Entry, len(es))
+	for i, e := range es {
+		out[i] = client.Entry(e)
+	}
+	return out, nil
+}
+
+// localRangeReads bounds the local batch reads served at once, as
+// server.DefaultMaxConcurrentRangeReads bounds the server's.
+const localRangeReads = server.DefaultMaxConcurrentRangeReads
 
 // Healthy reports nil while the node serves and, if registered, holds its session.
 func (n *Node) Healthy(ctx context.Context) error {

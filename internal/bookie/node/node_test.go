@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,5 +128,73 @@ func TestReadOnlyReasonOnFullDisk(t *testing.T) {
 	testutil.WaitFor(t, "writable again", func() bool { ro, _ := n.ReadOnlyReason(); return !ro })
 	if err := c.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 1, EntryID: 1, LastAddConfirmed: 0, Payload: []byte("accepted")}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLocalRangeReadsAnswerAsTheServer: a client whose Config.Local names
+// this node reads ranges from the engine directly, and gets what a client
+// reading over the network gets: the same entries from the entry logs and
+// the write cache, the same errors for a missing entry or ledger, limits
+// applied; and it dials nobody for them.
+func TestLocalRangeReadsAnswerAsTheServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+	n, err := Start(ctx, Config{DataDir: t.TempDir(), ListenAddr: "127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	remote := client.New(client.Config{Logger: quiet})
+	defer remote.Close()
+	var dials atomic.Int32
+	local := client.New(client.Config{Logger: quiet, Local: map[string]client.LocalBookie{n.Addr(): n.Local()},
+		Dial: func(context.Context, string) (net.Conn, error) {
+			dials.Add(1)
+			return nil, errors.New("no dialling")
+		}})
+	defer local.Close()
+	const entries = 300
+	payload := func(e int64) []byte { return bytes.Repeat([]byte{byte(e), byte(e >> 8)}, 1+int(e%11)*100) }
+	for e := range int64(entries) {
+		if err := remote.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 7, EntryID: e, LastAddConfirmed: e - 1, Payload: payload(e)}); err != nil {
+			t.Fatal(err)
+		}
+		if e == entries/2 {
+			if err := n.Engine().Checkpoint(); err != nil { // half in the entry logs
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, r := range []struct {
+		first            int64
+		maxEntries, maxB int
+	}{{0, 0, 0}, {0, 10, 0}, {140, 20, 0}, {5, 100, 3000}, {299, 5, 0}} {
+		want, werr := remote.ReadRange(ctx, n.Addr(), 7, r.first, r.maxEntries, r.maxB)
+		got, gerr := local.ReadRange(ctx, n.Addr(), 7, r.first, r.maxEntries, r.maxB)
+		if werr != nil || gerr != nil {
+			t.Fatalf("range %+v: network %v, local %v", r, werr, gerr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("range %+v: %d entries locally, %d over the network", r, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].EntryID != want[i].EntryID || got[i].LastAddConfirmed != want[i].LastAddConfirmed || !bytes.Equal(got[i].Payload, want[i].Payload) {
+				t.Fatalf("range %+v entry %d differs", r, i)
+			}
+		}
+	}
+	if _, err := local.ReadRange(ctx, n.Addr(), 7, entries, 10, 0); !errors.Is(err, client.ErrNoSuchEntry) {
+		t.Fatalf("past the end: %v, want ErrNoSuchEntry", err)
+	}
+	if _, err := local.ReadRange(ctx, n.Addr(), 8, 0, 10, 0); !errors.Is(err, client.ErrNoSuchLedger) {
+		t.Fatalf("unknown ledger: %v, want ErrNoSuchLedger", err)
+	}
+	if d := dials.Load(); d != 0 {
+		t.Fatalf("%d dials for local range reads", d)
+	}
+	local.Close()
+	if _, err := local.ReadRange(ctx, n.Addr(), 7, 0, 10, 0); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }
