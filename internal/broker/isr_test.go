@@ -392,3 +392,104 @@ func TestISRFlushConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestISRListOffsetsLeaderEpoch: ListOffsets answers an ISR partition's
+// offsets with the leader epoch of their batches (KIP-320's truncation
+// detection starts from it): before a leader change every offset is in the
+// first epoch; after the leader closed and records went in under the new
+// leader, latest, max timestamp and the new records' time answer the new
+// epoch, earliest and the old records' time the first.
+func TestISRListOffsetsLeaderEpoch(t *testing.T) {
+	c := newTestCluster(t)
+	brokers := c.startISRBrokers(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var seeds []string
+	for _, b := range brokers {
+		seeds = append(seeds, b.cfg.KafkaAdvertised)
+	}
+	adm := kadm.NewClient(newClient(t, seeds[0], kgo.SeedBrokers(seeds...)))
+	p := isrTopic(ctx, t, brokers, adm, "epochs", nil)
+	firstTime := time.UnixMilli(1_700_000_000_000)
+	secondTime := firstTime.Add(time.Second)
+	produce := func(seeds []string, at time.Time, n int) {
+		t.Helper()
+		cl := newClient(t, seeds[0], kgo.SeedBrokers(seeds...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DefaultProduceTopic("epochs"))
+		var recs []*kgo.Record
+		for i := range n {
+			recs = append(recs, &kgo.Record{Value: fmt.Appendf(nil, "v-%d", i), Timestamp: at})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const earliest, latest, maxTimestamp = -2, -1, -3
+	// listed is partition 0's ListOffsets answer for timestamp (a time, or
+	// one of the three above), asked again while the client's metadata
+	// still names a leader that is gone.
+	listed := func(adm *kadm.Client, timestamp int64) kadm.ListedOffset {
+		t.Helper()
+		var o kadm.ListedOffset
+		testutil.WaitFor(t, fmt.Sprintf("ListOffsets(%d) answered", timestamp), func() bool {
+			var offsets kadm.ListedOffsets
+			var err error
+			switch timestamp {
+			case earliest:
+				offsets, err = adm.ListStartOffsets(ctx, "epochs")
+			case latest:
+				offsets, err = adm.ListEndOffsets(ctx, "epochs")
+			case maxTimestamp:
+				offsets, err = adm.ListMaxTimestampOffsets(ctx, "epochs")
+			default:
+				offsets, err = adm.ListOffsetsAfterMilli(ctx, timestamp, "epochs")
+			}
+			var ok bool
+			o, ok = offsets.Lookup("epochs", 0)
+			return err == nil && ok && o.Err == nil
+		})
+		return o
+	}
+	type want struct {
+		timestamp int64
+		offset    int64
+		epoch     int32
+	}
+	check := func(adm *kadm.Client, stage string, wants ...want) {
+		t.Helper()
+		for _, w := range wants {
+			if o := listed(adm, w.timestamp); o.Offset != w.offset || o.LeaderEpoch != w.epoch {
+				t.Errorf("%s: ListOffsets(%d) at offset %d, epoch %d; want %d, epoch %d", stage, w.timestamp, o.Offset, o.LeaderEpoch, w.offset, w.epoch)
+			}
+		}
+	}
+	produce(seeds, firstTime, 5)
+	check(adm, "one leader epoch",
+		want{earliest, 0, p.LeaderEpoch}, want{latest, 5, p.LeaderEpoch}, want{maxTimestamp, 4, p.LeaderEpoch}, want{firstTime.UnixMilli(), 0, p.LeaderEpoch})
+
+	var leader *Broker
+	var rest []string
+	for _, b := range brokers {
+		if b.ID() == p.Leader {
+			leader = b
+		} else {
+			rest = append(rest, b.cfg.KafkaAdvertised)
+		}
+	}
+	if err := leader.Close(); err != nil {
+		t.Logf("close broker %d: %v", leader.ID(), err)
+	}
+	adm2 := kadm.NewClient(newClient(t, rest[0], kgo.SeedBrokers(rest...)))
+	var moved kadm.PartitionDetail
+	testutil.WaitFor(t, "a new leader", func() bool {
+		md, err := adm2.Metadata(ctx, "epochs")
+		if err != nil {
+			return false
+		}
+		moved = md.Topics["epochs"].Partitions[0]
+		return moved.Err == nil && moved.Leader >= 0 && moved.Leader != p.Leader && moved.LeaderEpoch > p.LeaderEpoch
+	})
+	produce(rest, secondTime, 3)
+	check(adm2, fmt.Sprintf("after the leader change to broker %d (epoch %d → %d)", moved.Leader, p.LeaderEpoch, moved.LeaderEpoch),
+		want{earliest, 0, p.LeaderEpoch}, want{latest, 8, moved.LeaderEpoch}, want{maxTimestamp, 7, moved.LeaderEpoch},
+		want{firstTime.UnixMilli(), 0, p.LeaderEpoch}, want{secondTime.UnixMilli(), 5, moved.LeaderEpoch})
+}

@@ -24,7 +24,8 @@ import (
 // is CreateTime only (LogAppendTime is -1); ListOffsets' max timestamp is
 // the last batch's below the HW, not the largest of the log; no
 // transactions. Its leader epochs are checked as KIP-320 says
-// (kafka.EpochPartition).
+// (kafka.EpochPartition), and ListOffsets answers each offset's epoch
+// from the epoch cache (kafka.OffsetEpochPartition).
 type isrPartition struct {
 	m        *isrnode.Manager
 	s        *isrSide
@@ -37,8 +38,8 @@ type isrPartition struct {
 }
 
 var (
-	_ kafka.EpochPartition      = (*isrPartition)(nil)
-	_ kafka.ReadReplicaSelector = (*isrPartition)(nil)
+	_ kafka.OffsetEpochPartition = (*isrPartition)(nil)
+	_ kafka.ReadReplicaSelector  = (*isrPartition)(nil)
 )
 
 // LeaderEpoch implements kafka.EpochPartition: the leader epoch of the
@@ -59,6 +60,16 @@ func (p *isrPartition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int3
 		return -1, -1, isr.NoEpoch, isrnode.KafkaError(err)
 	}
 	return end.Epoch, end.EndOffset, leaderEpoch, nil
+}
+
+// EpochForOffset implements kafka.OffsetEpochPartition from the replica's
+// epoch cache (ListOffsets' leader_epoch); −1 when the replica is gone.
+func (p *isrPartition) EpochForOffset(ctx context.Context, offset int64) int32 {
+	epoch, err := p.m.EpochForOffset(ctx, p.name, offset)
+	if err != nil {
+		return isr.NoEpoch
+	}
+	return epoch
 }
 
 // Append implements kafka.Partition: the batch is handed to the leader's

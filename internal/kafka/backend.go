@@ -179,6 +179,20 @@ type EpochPartition interface {
 	EndOffsetForEpoch(ctx context.Context, epoch int32) (endEpoch int32, endOffset int64, leaderEpoch int32, err error)
 }
 
+// OffsetEpochPartition is an EpochPartition that knows the leader epoch of
+// each offset of its log: ListOffsets (v4+) answers leader_epoch with the
+// epoch of the offset it found, as Kafka does (clients keep it with the
+// position and validate it with OffsetForLeaderEpoch: truncation
+// detection). A Partition without it answers −1.
+type OffsetEpochPartition interface {
+	EpochPartition
+	// EpochForOffset is the leader epoch of the batch holding offset: the
+	// latest epoch in the leader-epoch cache that starts at or before it
+	// (for the high watermark, the latest epoch started by then); −1 when
+	// none is known.
+	EpochForOffset(ctx context.Context, offset int64) int32
+}
+
 // ReadReplicaSelector is a Partition whose leader may send a consumer to
 // read it from another replica (KIP-392; Kafka's replica.selector.class).
 // A consumer's Fetch v11+ naming a rack_id asks it for each partition; an

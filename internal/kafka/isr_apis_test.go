@@ -90,6 +90,17 @@ func (p *epochPartition) EndOffsetForEpoch(_ context.Context, epoch int32) (int3
 	return epoch, testEpochs[0].start, leaderEpoch, nil
 }
 
+// EpochForOffset answers from the same epoch cache: the latest epoch
+// starting at or before offset.
+func (p *epochPartition) EpochForOffset(_ context.Context, offset int64) int32 {
+	for i := len(testEpochs) - 1; i >= 0; i-- {
+		if testEpochs[i].start <= offset {
+			return testEpochs[i].epoch
+		}
+	}
+	return -1
+}
+
 // ElectLeaders answers "isr" partition 0 with a new leader, 1 with its
 // preferred replica out of the ISR, 2 as already led by it; unclean
 // elections find no live replica; other topics need none.
@@ -129,6 +140,8 @@ var (
 	_ kafka.LeaderElector   = (*epochBackend)(nil)
 	_ kafka.LogDirDescriber = (*epochBackend)(nil)
 	_ kafka.EpochPartition  = (*epochPartition)(nil)
+
+	_ kafka.OffsetEpochPartition = (*epochPartition)(nil)
 )
 
 // TestLeaderEpochChecks: Fetch and ListOffsets refuse a current leader
@@ -180,6 +193,63 @@ func TestLeaderEpochChecks(t *testing.T) {
 				t.Errorf("list offsets: offset %d", rp.Offset)
 			}
 		})
+	}
+}
+
+// TestListOffsetsLeaderEpoch: ListOffsets v4+ answers an ISR partition's
+// offsets with their epochs from its epoch cache (0 from offset 0, 3 from
+// 4, 5 from 6), as Kafka does: earliest the first batch's, latest the one
+// the high watermark falls in, a timestamp's and the max timestamp's the
+// found batch's; −1 when nothing is found and for every offset of a
+// ledger-mode partition.
+func TestListOffsetsLeaderEpoch(t *testing.T) {
+	c, _ := newEpochCluster(t)
+	conn := c.raw()
+	// Five batches of two records, timestamps 1000, 2000, …, 5000:
+	// offsets 0–9 in both topics.
+	for _, topic := range []string{"isr", "t"} {
+		for i := range 5 {
+			if code, _ := produceCode(t, conn.request(produceRequest(9, topic, 0, buildBatch(2, "v", int64(1000*(i+1)))))); code != 0 {
+				t.Fatal(kerr.ErrorForCode(code))
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		timestamp  int64
+		wantOffset int64
+		wantEpoch  int32 // of topic "isr"
+	}{
+		{"earliest", -2, 0, 0},
+		{"earliest local", -4, 0, 0},
+		{"latest", -1, 10, 5},
+		{"max timestamp", -3, 9, 5},
+		{"the first batch's time", 1000, 0, 0},
+		{"between the second and the third", 2500, 4, 3},
+		{"the third batch's time", 3000, 4, 3},
+		{"the last batch's time", 5000, 8, 5},
+		{"past every batch", 6000, -1, -1},
+		{"earliest pending upload", -5, -1, -1},
+	} {
+		for _, topic := range []string{"isr", "t"} {
+			list := kmsg.NewPtrListOffsetsRequest()
+			list.Version = 7
+			lt := kmsg.NewListOffsetsRequestTopic()
+			lt.Topic = topic
+			lp := kmsg.NewListOffsetsRequestTopicPartition()
+			lp.Timestamp, lp.CurrentLeaderEpoch = tc.timestamp, -1
+			lt.Partitions = append(lt.Partitions, lp)
+			list.Topics = append(list.Topics, lt)
+			rp := conn.request(list).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+			wantEpoch := tc.wantEpoch
+			if topic == "t" {
+				wantEpoch = -1 // ledger mode: no epochs
+			}
+			if rp.ErrorCode != 0 || rp.Offset != tc.wantOffset || rp.LeaderEpoch != wantEpoch {
+				t.Errorf("%s of %q: %v, offset %d, epoch %d; want offset %d, epoch %d",
+					tc.name, topic, kerr.ErrorForCode(rp.ErrorCode), rp.Offset, rp.LeaderEpoch, tc.wantOffset, wantEpoch)
+			}
+		}
 	}
 }
 

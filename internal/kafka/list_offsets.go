@@ -13,11 +13,21 @@ package kafka
 // UNKNOWN_LEADER_EPOCH, −1 not checked; ledger-mode partitions check
 // nothing (they have no epochs).
 //
+// leader_epoch (v4+) is the epoch of the offset found for a partition that
+// knows it (OffsetEpochPartition, ISR mode: its leader-epoch cache), as
+// Kafka answers it: earliest, the first batch's epoch; latest, the latest
+// epoch started at or before the high watermark; a timestamp or the max
+// timestamp, the found batch's; −1 when no offset was found. Ledger-mode
+// partitions answer −1 (no epochs; a client then validates nothing for
+// the offset, and checks again after its next fetch).
+//
 // Deviations: read_committed is read_uncommitted (no transactions, the
-// high watermark is the last stable offset); leader_epoch is always −1
-// (Kafka gives the epoch of the offset found; a client then validates
-// nothing for it, and checks again after its next fetch, whose batches
-// carry their epochs).
+// high watermark is the last stable offset); for latest Kafka answers the
+// partition's current leader epoch, here the epoch the high watermark
+// falls in, which is the same once the high watermark reached the current
+// epoch's start (a high watermark still lagging behind it right after an
+// election, which Kafka answers OFFSET_NOT_AVAILABLE, is answered with
+// the epoch before).
 
 import (
 	"context"
@@ -60,9 +70,9 @@ func (s *Server) listOffset(ctx context.Context, rq *request, topic string, part
 	}
 	switch {
 	case timestamp == -2 || timestamp == -4:
-		return part.LogStartOffset(), -1, -1
+		offset, ts = part.LogStartOffset(), -1
 	case timestamp == -1:
-		return part.HighWatermark(), -1, -1
+		offset, ts = part.HighWatermark(), -1
 	case timestamp == -3:
 		offset, ts, err = part.MaxTimestamp(ctx)
 	case timestamp == -5:
@@ -76,5 +86,15 @@ func (s *Server) listOffset(ctx context.Context, rq *request, topic string, part
 	if err != nil {
 		return fail(err)
 	}
-	return offset, ts, -1
+	return offset, ts, offsetEpoch(ctx, part, offset)
+}
+
+// offsetEpoch is leader_epoch for offset: its epoch where the partition
+// knows it, −1 otherwise and for no offset.
+func offsetEpoch(ctx context.Context, part Partition, offset int64) int32 {
+	ep, ok := part.(OffsetEpochPartition)
+	if !ok || offset < 0 {
+		return -1
+	}
+	return ep.EpochForOffset(ctx, offset)
 }

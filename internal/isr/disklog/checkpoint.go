@@ -195,6 +195,20 @@ func (c *epochCache) endOffsetFor(epoch int32, leo int64) isr.EpochEndOffset {
 	return isr.EpochEndOffset{Epoch: isr.NoEpoch, EndOffset: -1}
 }
 
+// epochFor is the leader epoch of the batch holding offset: the last
+// entry starting at or before it (an empty epoch that another starts at
+// the same offset holds no batch; the later one does). For the log end
+// offset it is the latest epoch started by then. isr.NoEpoch when no entry
+// starts at or before offset.
+func (c *epochCache) epochFor(offset int64) int32 {
+	for i := len(c.entries) - 1; i >= 0; i-- {
+		if c.entries[i].StartOffset <= offset {
+			return c.entries[i].Epoch
+		}
+	}
+	return isr.NoEpoch
+}
+
 func (c *epochCache) encode() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d\n%d\n", checkpointVersion, len(c.entries))

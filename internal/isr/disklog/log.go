@@ -567,6 +567,16 @@ func (l *Log) EndOffsetForEpoch(epoch int32) isr.EpochEndOffset {
 	return l.epochs.endOffsetFor(epoch, l.leo())
 }
 
+// EpochForOffset is the leader epoch of the batch holding offset, from
+// the epoch cache (Kafka's LeaderEpochFileCache.epochForOffset, which
+// ListOffsets answers with): the latest epoch starting at or before
+// offset; isr.NoEpoch when none does.
+func (l *Log) EpochForOffset(offset int64) int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epochs.epochFor(offset)
+}
+
 // Epochs returns the epoch cache.
 func (l *Log) Epochs() []EpochEntry {
 	l.mu.Lock()

@@ -162,6 +162,40 @@ func checkRecord(t *testing.T, l *Log, offset int64, size int) {
 	}
 }
 
+// TestEpochForOffset: the epoch of the batch holding an offset, as
+// ListOffsets answers it: the latest epoch started at or before it; an
+// empty epoch superseded at the same offset holds no batch; at the log
+// end the latest epoch started by then; below every entry (a log emptied
+// and started again further on) none.
+func TestEpochForOffset(t *testing.T) {
+	l := NewISRLog(openLog(t, Config{FS: vfs.NewMem(), Dir: "/p"}), newFakeClock().Now)
+	if got := l.Log().EpochForOffset(0); got != isr.NoEpoch {
+		t.Fatalf("empty log: epoch %d", got)
+	}
+	mustNil(t, l.Append(isr.Batch{BaseOffset: 0, LeaderEpoch: 1, Records: recs("a", 3)}))
+	l.AssignEpochStart(2, 3) // leads, writes nothing
+	l.AssignEpochStart(3, 3)
+	mustNil(t, l.Append(isr.Batch{BaseOffset: 3, LeaderEpoch: 3, Records: recs("b", 2)}))
+	mustNil(t, l.Append(isr.Batch{BaseOffset: 5, LeaderEpoch: 5, Records: recs("c", 1)}))
+	l.AssignEpochStart(6, 6) // the newest leader, nothing written yet
+	for _, tc := range []struct {
+		offset int64
+		want   int32
+	}{{0, 1}, {2, 1}, {3, 3}, {4, 3}, {5, 5}, {6, 6}, {100, 6}} {
+		if got := l.Log().EpochForOffset(tc.offset); got != tc.want {
+			t.Errorf("EpochForOffset(%d) = %d, want %d (epochs %v)", tc.offset, got, tc.want, l.Log().Epochs())
+		}
+	}
+	mustNil(t, l.Log().TruncateFullyAndStartAt(10))
+	mustNil(t, l.Append(isr.Batch{BaseOffset: 10, LeaderEpoch: 7, Records: recs("d", 1)}))
+	if got := l.Log().EpochForOffset(9); got != isr.NoEpoch {
+		t.Errorf("below every entry: epoch %d, want none", got)
+	}
+	if got := l.Log().EpochForOffset(10); got != 7 {
+		t.Errorf("EpochForOffset(10) = %d, want 7", got)
+	}
+}
+
 // TestAppendReadRollIndexes: appends roll segments by size, every offset
 // reads back through the sparse index, a read stops at its byte limit but
 // returns at least one batch, and a reopen (with an index file deleted and

@@ -20,9 +20,11 @@
 // (whole batches, from the one holding the offset asked for, up to the
 // replica's HW, leader or follower), Status (role, epochs, ISR, log start,
 // HW and LEO), WaitHighWatermark (a consumer's long-poll),
-// OffsetForTimestamp (the log's time index) and Followers (what a leader
-// knows of its followers' LEOs and catch-ups: KIP-392's replica selector
-// chooses from it where a consumer reads).
+// OffsetForTimestamp (the log's time index), EpochForOffset (the epoch
+// cache's epoch of an offset: ListOffsets' leader_epoch) and Followers and
+// Leading (what a leader knows of its followers' LEOs and catch-ups:
+// KIP-392's replica selector chooses from it where a consumer reads, and
+// the broker's replica-lag metrics compare it with the leader's LEO).
 //
 // Replication (fetcher.go, serve.go): a follower's core asks for fetches;
 // one fetcher per source (leader) broker gathers those of every partition

@@ -148,6 +148,23 @@ func (m *Manager) EndOffsetForEpoch(ctx context.Context, partition string, epoch
 	return end, leaderEpoch, nil
 }
 
+// EpochForOffset is the leader epoch of the batch holding offset in
+// partition's log here, from its leader-epoch cache (disklog's
+// EpochForOffset: the latest epoch started at or before offset, so for the
+// log end or the HW the latest epoch started by then); isr.NoEpoch when
+// none. ListOffsets answers it with the offset it found.
+func (m *Manager) EpochForOffset(ctx context.Context, partition string, offset int64) (int32, error) {
+	r, err := m.replica(partition)
+	if err != nil {
+		return isr.NoEpoch, err
+	}
+	epoch := isr.NoEpoch
+	if err := r.run(ctx, func() { epoch = r.disk.EpochForOffset(offset) }); err != nil {
+		return isr.NoEpoch, fmt.Errorf("epoch of offset %d in %s: %w", offset, partition, err)
+	}
+	return epoch, nil
+}
+
 // FollowerState is what a partition's leader knows of one follower (KIP-392's
 // replica selector chooses among them where a consumer reads).
 type FollowerState struct {
@@ -161,15 +178,32 @@ type FollowerState struct {
 	LastCaughtUp time.Time
 }
 
+// LeaderView is what a partition's leader knows at one moment: its own
+// LEO and each follower's state (the replica-lag metrics compare them).
+type LeaderView struct {
+	LogEndOffset int64
+	// Followers are in the record's replica order.
+	Followers []FollowerState
+}
+
 // Followers returns what partition's leader here knows of each of its
 // followers, in the record's replica order, read off the core on its loop.
 // isr.ErrNotLeaderOrFollower unless the replica leads.
 func (m *Manager) Followers(ctx context.Context, partition string) ([]FollowerState, error) {
+	v, err := m.Leading(ctx, partition)
+	return v.Followers, err
+}
+
+// Leading returns partition's leader's view here (its LEO and its
+// followers), read off the core on its loop in one go, so that the LEO and
+// the followers' offsets belong together. isr.ErrNotLeaderOrFollower
+// unless the replica leads.
+func (m *Manager) Leading(ctx context.Context, partition string) (LeaderView, error) {
 	r, err := m.replica(partition)
 	if err != nil {
-		return nil, err
+		return LeaderView{}, err
 	}
-	var out []FollowerState
+	var out LeaderView
 	var rerr error
 	err = r.run(ctx, func() {
 		if r.core.Role() != isr.RoleLeader {
@@ -177,11 +211,12 @@ func (m *Manager) Followers(ctx context.Context, partition string) ([]FollowerSt
 			return
 		}
 		st := r.core.State()
+		out.LogEndOffset = r.core.LogEndOffset()
 		for _, id := range st.Replicas {
 			if id == m.cfg.Broker {
 				continue
 			}
-			out = append(out, FollowerState{ID: id, InISR: st.InISR(id),
+			out.Followers = append(out.Followers, FollowerState{ID: id, InISR: st.InISR(id),
 				LogEndOffset: r.core.FollowerLogEndOffset(id), LastCaughtUp: r.core.FollowerLastCaughtUp(id)})
 		}
 	})
@@ -189,7 +224,7 @@ func (m *Manager) Followers(ctx context.Context, partition string) ([]FollowerSt
 		err = rerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("followers of %s: %w", partition, err)
+		return LeaderView{}, fmt.Errorf("followers of %s: %w", partition, err)
 	}
 	return out, nil
 }
