@@ -299,21 +299,25 @@ func (b *Broker) isrPartition(topic string, idx int32) (p kafka.Partition, handl
 }
 
 // isrReplica is isrPartition that, with followerReads (a consumer's Fetch
-// v11+, KIP-392), also answers with the replica here when it follows.
+// v11+, KIP-392), also answers with the replica here when it follows a
+// leader. A partition without a leader (every eligible replica down, K4)
+// refuses consumers on its followers too, as on its former leader: the
+// issue's "refuses produce and fetch until one returns".
 func (b *Broker) isrReplica(topic string, idx int32, followerReads bool) (p kafka.Partition, handled bool, err error) {
 	s := b.isr
 	if s == nil {
 		return nil, false, nil
 	}
 	name := isrnode.PartitionName(topic, idx)
-	if _, ok := s.record(name); !ok {
+	rec, ok := s.record(name)
+	if !ok {
 		return nil, false, nil
 	}
 	st, err := s.mgr.Status(name)
 	switch {
 	case err == nil && st.Role == isr.RoleLeader:
 		return &isrPartition{m: s.mgr, s: s, name: name}, true, nil
-	case err == nil && st.Role == isr.RoleFollower && followerReads:
+	case err == nil && st.Role == isr.RoleFollower && followerReads && rec.Leader != isr.NoLeader:
 		return &isrPartition{m: s.mgr, s: s, name: name, follower: true}, true, nil
 	}
 	return nil, true, kerr.NotLeaderForPartition
