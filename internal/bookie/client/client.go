@@ -503,19 +503,28 @@ func (c *Client) ReadRange(ctx context.Context, addr string, ledgerID, first int
 	if err = outcome(resp, err); err != nil {
 		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w", addr, ledgerID, first, err)
 	}
-	br := resp.GetBatchRead()
-	if br == nil || len(br.GetEntries()) == 0 || (maxEntries > 0 && len(br.GetEntries()) > maxEntries) {
-		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: %d entries", addr, ledgerID, first, ErrMalformed, len(br.GetEntries()))
-	}
-	out := make([]Entry, len(br.GetEntries()))
-	for i, e := range br.GetEntries() {
-		if e.GetLedgerId() != ledgerID || e.GetEntryId() != first+int64(i) {
-			return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: entry %d is ledger %d entry %d",
-				addr, ledgerID, first, ErrMalformed, i, e.GetLedgerId(), e.GetEntryId())
-		}
+	out := make([]Entry, len(resp.GetBatchRead().GetEntries()))
+	for i, e := range resp.GetBatchRead().GetEntries() {
 		out[i] = Entry{LedgerID: e.GetLedgerId(), EntryID: e.GetEntryId(), LastAddConfirmed: e.GetLastAddConfirmed(), Payload: e.GetPayload()}
 	}
-	return out, nil
+	return checkRange(addr, ledgerID, first, maxEntries, out)
+}
+
+// checkRange returns a range answer's entries, or ErrMalformed when they
+// are none, more than asked for, or not the ledger's consecutive entries
+// from first: the same checks whether the answer came over a connection
+// or from a bookie in this process.
+func checkRange(addr string, ledgerID, first int64, maxEntries int, es []Entry) ([]Entry, error) {
+	if len(es) == 0 || (maxEntries > 0 && len(es) > maxEntries) {
+		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: %d entries", addr, ledgerID, first, ErrMalformed, len(es))
+	}
+	for i, e := range es {
+		if e.LedgerID != ledgerID || e.EntryID != first+int64(i) {
+			return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: entry %d is ledger %d entry %d",
+				addr, ledgerID, first, ErrMalformed, i, e.LedgerID, e.EntryID)
+		}
+	}
+	return es, nil
 }
 
 // readRangeLocal is ReadRange from a bookie in this process, checked as an
@@ -534,16 +543,7 @@ func (c *Client) readRangeLocal(ctx context.Context, lb LocalBookie, addr string
 	if err != nil {
 		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w", addr, ledgerID, first, err)
 	}
-	if len(es) == 0 || (maxEntries > 0 && len(es) > maxEntries) {
-		return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: %d entries", addr, ledgerID, first, ErrMalformed, len(es))
-	}
-	for i, e := range es {
-		if e.LedgerID != ledgerID || e.EntryID != first+int64(i) {
-			return nil, fmt.Errorf("bookie %s: read range of ledger %d from %d: %w: entry %d is ledger %d entry %d",
-				addr, ledgerID, first, ErrMalformed, i, e.LedgerID, e.EntryID)
-		}
-	}
-	return es, nil
+	return checkRange(addr, ledgerID, first, maxEntries, es)
 }
 
 // DeleteLedger deletes the ledger's entries from the bookie.
