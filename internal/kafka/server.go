@@ -356,10 +356,12 @@ func (s *Server) Close() error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	s.cancel()
+	// Sockets close before contexts are cancelled: a cancelled long poll
+	// answers, and that answer must not reach a client of a closed server.
 	for _, c := range conns {
 		c.abort()
 	}
+	s.cancel()
 	s.quotas.close()
 	s.wg.Wait()
 	return nil
@@ -875,8 +877,8 @@ func (c *conn) release(n int64) {
 // ones in flight see their context canceled.
 func (c *conn) abort() {
 	c.abortOnce.Do(func() {
+		c.nc.Close() // first: see Server.Close
 		c.cancel()
-		c.nc.Close()
 	})
 }
 
