@@ -163,6 +163,14 @@ func (l *Loop) enqueue(e entry) bool {
 	return true
 }
 
+// Queued is how many functions wait for the loop goroutine (posted and
+// completed, not yet taken into a batch).
+func (l *Loop) Queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}
+
 // Defer runs f on the loop goroutine after the function (or hook) running
 // now. Only the loop goroutine may call it; it never blocks.
 func (l *Loop) Defer(f func()) {

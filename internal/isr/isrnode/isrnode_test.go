@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -933,24 +934,16 @@ func TestPreferredLeaderElection(t *testing.T) {
 	}
 }
 
-// TestFailedLogRefusesAppends: a leader whose log failed (a sync error; the
-// log then refuses every write until reopened) answers appends with
-// ErrLogFailed (KAFKA_STORAGE_ERROR) instead of feeding its core, whose
-// log must not fail under it.
-func TestFailedLogRefusesAppends(t *testing.T) {
-	var failing atomic.Bool
-	errInjected := errors.New("injected sync failure")
+// newSyncingCluster starts brokers 1, 2, 3, broker 1 syncing every append
+// (flush.messages=1) through inject, and appends one record (acks=all)
+// once broker 1 leads.
+func newSyncingCluster(t *testing.T, inject func(errorfs.Op) error) *cluster {
 	c := newClusterWith(t, func(cfg *Config) {
 		if cfg.Broker != 1 {
 			return
 		}
-		cfg.Replica.FlushMessages = 1 // every append syncs
-		cfg.FS = errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-			if failing.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
-				return errInjected
-			}
-			return nil
-		}))
+		cfg.Replica.FlushMessages = 1
+		cfg.FS = errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(inject))
 	}, 1, 2, 3)
 	if leader := c.waitLeader("a leader").id; leader != 1 {
 		t.Fatalf("leader %d, want 1 (the preferred replica)", leader)
@@ -958,12 +951,91 @@ func TestFailedLogRefusesAppends(t *testing.T) {
 	if _, _, err := c.append(1, isr.AcksAll, "before", 1); err != nil {
 		t.Fatal(err)
 	}
-	failing.Store(true)
-	// This append is written, then its flush fails: the log fails.
-	if _, _, err := c.append(1, isr.AcksLeader, "flush-fails", 1); err != nil {
-		t.Fatalf("the append whose flush failed: %v", err)
+	return c
+}
+
+// TestAppendsOfOneBatchShareASync: with flush.messages=1 the appends a
+// leader's loop takes in one batch of work are synced once, and each is
+// answered only after that sync. The leader's first sync is held until
+// eight more appends wait in its loop; then those eight cost one sync, where
+// a sync per append costs eight.
+func TestAppendsOfOneBatchShareASync(t *testing.T) {
+	var holding atomic.Bool
+	var syncs atomic.Int64
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unhold)
+	c := newSyncingCluster(t, func(op errorfs.Op) error {
+		if op.Kind != errorfs.OpFileSyncData || !strings.HasSuffix(op.Path, ".log") {
+			return nil
+		}
+		syncs.Add(1)
+		if holding.Load() {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return nil
+	})
+	holding.Store(true)
+	answered := make(chan error, 9)
+	appendOne := func(i int) {
+		_, _, err := c.append(1, isr.AcksLeader, fmt.Sprintf("a%d", i), 1)
+		answered <- err
 	}
-	_, _, err := c.append(1, isr.AcksLeader, "after", 1)
+	go appendOne(0)
+	<-held
+	holding.Store(false)
+	before := syncs.Load()
+	for i := 1; i <= 8; i++ {
+		go appendOne(i)
+	}
+	r, err := c.node(1).m.replica(partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "eight appends to wait in the leader's loop", func() bool { return r.loop.Queued() >= 8 })
+	select {
+	case err := <-answered:
+		t.Fatalf("an append was answered (%v) while its sync was held", err)
+	default:
+	}
+	unhold()
+	for range 9 {
+		if err := <-answered; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := syncs.Load() - before; n != 1 {
+		t.Fatalf("the eight appends of one batch took %d syncs of the segment, want 1", n)
+	}
+}
+
+// TestFailedLogRefusesAppends: a leader whose log failed (a sync error; the
+// log then refuses every write until reopened) answers appends with
+// ErrLogFailed (KAFKA_STORAGE_ERROR) instead of feeding its core, whose
+// log must not fail under it.
+func TestFailedLogRefusesAppends(t *testing.T) {
+	var failing atomic.Bool
+	errInjected := errors.New("injected sync failure")
+	c := newSyncingCluster(t, func(op errorfs.Op) error {
+		if failing.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			return errInjected
+		}
+		return nil
+	})
+	failing.Store(true)
+	// This append is written, then its flush fails: the log fails, and
+	// the append is not acknowledged (as Kafka answers a produce whose
+	// flush.messages sync threw KAFKA_STORAGE_ERROR).
+	_, _, err := c.append(1, isr.AcksLeader, "flush-fails", 1)
+	if !errors.Is(err, ErrLogFailed) || errorCode(err) != kerr.KafkaStorageError.Code {
+		t.Fatalf("the append whose flush failed: %v, want ErrLogFailed", err)
+	}
+	_, _, err = c.append(1, isr.AcksLeader, "after", 1)
 	if !errors.Is(err, ErrLogFailed) || errorCode(err) != kerr.KafkaStorageError.Code {
 		t.Fatalf("an append to the failed log: %v, want ErrLogFailed", err)
 	}

@@ -177,10 +177,36 @@ func (t *producerTable) rebuild(l *disklog.Log) error {
 }
 
 // producerLog is a replica's log as its core sees it: every append and
-// truncation also kept in the producer table.
+// truncation also kept in the producer table, and every Flush deferred to
+// the end of the loop's batch of work (replica.syncLog).
 type producerLog struct {
 	*disklog.ISRLog
 	table *producerTable
+	sync  *deferredSync
+}
+
+// deferredSync is a Flush the core asked for and the shell has not done
+// yet. The core's Flush promises durability before anything that depends
+// on it leaves the replica: its produce answers, the fetches that tell a
+// leader this replica's LEO, its status. The shell keeps that promise at
+// the end of the loop's batch of work (process): every Flush of one batch
+// is one fsync (flush.messages=1 under a leader's concurrent produces is
+// one sync per batch, not per append, each append still answered only
+// after it), and the batch's answers to followers' fetches go out before
+// the sync, as Kafka's followers read a leader's log while its append
+// syncs.
+type deferredSync struct{ pending bool }
+
+// Flush marks the log for the shell's sync (see deferredSync).
+func (l producerLog) Flush() { l.sync.pending = true }
+
+// FlushedOffset counts a pending sync as done: it is, before anything the
+// core decides on it leaves the replica.
+func (l producerLog) FlushedOffset() int64 {
+	if l.sync.pending {
+		return l.ISRLog.EndOffset()
+	}
+	return l.ISRLog.FlushedOffset()
 }
 
 func (l producerLog) Append(b isr.Batch) error {

@@ -96,7 +96,7 @@ func TestProducerTableRebuild(t *testing.T) {
 	}
 	disk := open()
 	var table producerTable
-	log := producerLog{disklog.NewRawISRLog(disk, stampBatch), &table}
+	log := producerLog{disklog.NewRawISRLog(disk, stampBatch), &table, &deferredSync{}}
 	next := int64(0)
 	for seq := int32(0); seq < 8; seq += 2 {
 		b := isr.Batch{BaseOffset: next, LeaderEpoch: 0, Raw: idempotentBatch(3, 0, seq, "x", "y"), Count: 2}

@@ -58,6 +58,7 @@ type replica struct {
 	truncations int64
 	logFailed   bool
 	producers   producerTable // idempotent producers' last batches (producers.go)
+	sync        deferredSync  // the core's Flush not done yet (producers.go)
 
 	// mu guards status and changed, which other goroutines read.
 	mu     sync.Mutex
@@ -91,7 +92,7 @@ func (m *Manager) openReplica(name string, brokerEpoch int64) (*replica, error) 
 	if err := r.producers.rebuild(disk); err != nil {
 		m.log.Warn("isr replica: rebuild the producer table", "partition", name, "err", err)
 	}
-	rcfg.Broker, rcfg.Partition, rcfg.BrokerEpoch, rcfg.Log = m.cfg.Broker, name, brokerEpoch, producerLog{r.log, &r.producers}
+	rcfg.Broker, rcfg.Partition, rcfg.BrokerEpoch, rcfg.Log = m.cfg.Broker, name, brokerEpoch, producerLog{r.log, &r.producers, &r.sync}
 	// The fetcher long-polls at the leader (Fetch's max_wait_ms), so a
 	// follower fetches again as soon as an answer is in: the core's backoff
 	// after an empty answer, which stands in for the long-poll, is the
@@ -115,8 +116,13 @@ func (r *replica) nextID() uint64 {
 }
 
 // process carries out the core's Ready (loop goroutine).
+//
+// Fetch answers go out first, then the log syncs if the core flushed, then
+// everything that counts on the sync: produce answers, the status, this
+// replica's own fetches (see deferredSync).
 func (r *replica) process() {
 	var fetches []isr.FetchRequest
+	var produces []isr.ProduceResponse
 	for rd := r.core.Ready(); !rd.Empty(); rd = r.core.Ready() {
 		fetches = append(fetches, rd.Fetches...)
 		for _, f := range rd.FetchResponses {
@@ -125,12 +131,7 @@ func (r *replica) process() {
 				ch <- f
 			}
 		}
-		for _, p := range rd.ProduceResponses {
-			if ch, ok := r.produces[p.ID]; ok {
-				delete(r.produces, p.ID)
-				ch <- p
-			}
-		}
+		produces = append(produces, rd.ProduceResponses...)
 		for _, a := range rd.AlterPartitions {
 			expand := len(a.NewISR) > len(r.core.State().ISR)
 			go r.alterPartition(a, expand)
@@ -142,6 +143,17 @@ func (r *replica) process() {
 			if ev.Kind != isr.EventHighWatermark && ev.Kind != isr.EventAckedAll && ev.Kind != isr.EventFlushed {
 				r.m.log.Info("isr replica: "+ev.String(), "partition", r.name)
 			}
+		}
+	}
+	synced := r.syncLog()
+	for _, p := range produces {
+		if ch, ok := r.produces[p.ID]; ok {
+			delete(r.produces, p.ID)
+			if p.Err == nil && !synced {
+				// What it answers for may not be on disk.
+				p.Err, p.BaseOffset = ErrLogFailed, -1
+			}
+			ch <- p
 		}
 	}
 	if err := r.log.Err(); err != nil && !r.logFailed {
@@ -273,7 +285,13 @@ func (r *replica) submit(ctx context.Context, raw []byte, count int32, acks int8
 		if r.core.Role() == isr.RoleLeader {
 			if idem, ok := idempotenceOf(raw); ok {
 				if dup, refused = r.producers.check(idem); dup != nil || refused != nil {
-					return // a retry of a batch in the log, or refused
+					// A retry of a batch in the log (answered only once
+					// the log holds it durably, as its first attempt
+					// is), or refused.
+					if dup != nil && !r.syncLog() {
+						dup, refused = nil, ErrLogFailed
+					}
+					return
 				}
 			}
 		}
@@ -353,6 +371,16 @@ func (r *replica) answerDuplicate(ctx context.Context, dup producedBatch, acks i
 // fetch feeds a Fetch for this partition to the core and returns its
 // answer, the log start, and the channel closed at the next status change
 // (taken with the answer, so a change after it is never missed).
+// syncLog does the core's pending Flush (see deferredSync) and reports
+// whether the log is sound: false once it has failed.
+func (r *replica) syncLog() bool {
+	if r.sync.pending {
+		r.sync.pending = false
+		r.log.Flush()
+	}
+	return r.log.Err() == nil
+}
+
 func (r *replica) fetch(ctx context.Context, req isr.FetchRequest) (isr.FetchResponse, int64, <-chan struct{}, error) {
 	ch := make(chan isr.FetchResponse, 1)
 	var logStart int64
