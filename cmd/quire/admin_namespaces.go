@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +16,7 @@ import (
 
 	"quire/internal/catalog"
 	"quire/internal/isr"
+	"quire/internal/isr/isrctl"
 	"quire/internal/meta"
 	"quire/internal/ownership"
 )
@@ -285,7 +287,88 @@ func newAdminTopicsCommand(o *adminOptions) *cobra.Command {
 				return describeTopic(ctx, cmd.OutOrStdout(), store, t)
 			})
 		}})
+	cmd.AddCommand(newAdminTopicsReassignCommand(o))
 	return cmd
+}
+
+// newAdminTopicsReassignCommand moves an ISR topic's partition to other
+// brokers (KIP-455), as kafka-reassign-partitions --execute does for one
+// partition: the controller adds the new replicas, waits for them to join
+// the ISR, then drops the old ones; --cancel reverts one in progress. It
+// returns once the partition's record shows the change and prints the
+// topic as describe does. A throttle is set as Kafka's tool sets it (the
+// dynamic broker configs leader/follower.replication.throttled.rate and
+// the topic's *.replication.throttled.replicas), through the Kafka API.
+func newAdminTopicsReassignCommand(o *adminOptions) *cobra.Command {
+	var partition int32
+	var replicas []int
+	var cancelIt bool
+	cmd := &cobra.Command{Use: "reassign TENANT/NAMESPACE TOPIC --partition N (--replicas IDS | --cancel)",
+		Short: "Move an ISR topic's partition to other brokers (replicas[0] is the preferred leader), or cancel the move in progress",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cancelIt == (len(replicas) > 0) {
+				return errors.New("give either --replicas or --cancel")
+			}
+			return o.withAdmin(cmd, func(ctx context.Context, a *catalog.Catalog, store meta.Store) error {
+				t, err := a.GetTopic(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if !t.IsISR() {
+					return fmt.Errorf("topic %s is a ledger-mode topic: its partitions live in ledgers, not on brokers", t.Name)
+				}
+				if partition < 0 || partition >= t.Partitions {
+					return fmt.Errorf("topic %s has no partition %d (%d partitions)", t.Name, partition, t.Partitions)
+				}
+				req := isr.ReassignRequest{Partition: t.Name + "-" + strconv.Itoa(int(partition))}
+				for _, id := range replicas {
+					req.Target = append(req.Target, isr.BrokerID(id))
+				}
+				if err := (isrctl.Client{Store: store}).Reassign(ctx, req); err != nil {
+					return fmt.Errorf("reassign %s: %w", req.Partition, err)
+				}
+				if err := waitReassignmentShown(ctx, store, req); err != nil {
+					return err
+				}
+				return describeTopic(ctx, cmd.OutOrStdout(), store, t)
+			})
+		}}
+	f := cmd.Flags()
+	f.Int32Var(&partition, "partition", 0, "the partition to move")
+	f.IntSliceVar(&replicas, "replicas", nil, "the new replica list, comma-separated broker ids, the preferred leader first")
+	f.BoolVar(&cancelIt, "cancel", false, "cancel the reassignment in progress (the partition keeps its original replicas)")
+	return cmd
+}
+
+// waitReassignmentShown waits until the partition's record shows req: its
+// target as the replicas the partition is headed for (in progress or done),
+// or, for a cancel, no reassignment.
+func waitReassignmentShown(ctx context.Context, store meta.Store, req isr.ReassignRequest) error {
+	key := isr.PartitionKey(req.Partition)
+	for {
+		kv, err := store.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("partition %s: %w", req.Partition, err)
+		}
+		st, err := isr.UnmarshalState(kv.Value)
+		if err != nil {
+			return fmt.Errorf("partition %s: %w", req.Partition, err)
+		}
+		if (req.Target == nil && !st.Reassigning()) || (req.Target != nil && slices.Equal(st.TargetReplicas(), req.Target)) {
+			return nil
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		for resp := range store.Watch(wctx, key, int64(kv.Version)+1) {
+			if resp.Err != nil || len(resp.Events) > 0 {
+				break
+			}
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("partition %s: the record does not show the reassignment yet: %w", req.Partition, err)
+		}
+	}
 }
 
 // describeTopic prints a topic as kafka-topics --describe does; an ISR

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"quire/internal/catalog"
 	"quire/internal/isr"
+	"quire/internal/isr/isrctl"
 	"quire/internal/meta"
+	"quire/internal/testutil"
 )
 
 // TestAdminReplicationAndDescribe: set-replication puts a namespace in ISR
@@ -84,6 +88,77 @@ func TestAdminReplicationAndDescribe(t *testing.T) {
 		"Partition: 3\t(no record yet)"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("describe lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestAdminTopicsReassign: topics reassign moves an ISR partition through
+// the controller (KIP-455) and shows the move in progress as describe
+// does; --cancel reverts it; a ledger-mode topic and a bad partition are
+// refused.
+func TestAdminTopicsReassign(t *testing.T) {
+	ep := startTestMeta(t)
+	m := "--meta-endpoints=" + strings.TrimPrefix(ep, "http://")
+	runAdmin(t, "tenants", "create", "acme", m)
+	runAdmin(t, "namespaces", "create", "acme/orders", m)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{ep}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cat := catalog.New(store)
+	if _, err := cat.CreateTopic(ctx, "acme/orders", "old", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 1, nil, catalog.ModeISR, 3); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := store.NewSession(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	for _, id := range []isr.BrokerID{1, 2, 3, 4} {
+		if _, err := sess.CreateEphemeral(ctx, isr.BrokerKey(id), isr.Registration{ID: id}.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctl := isrctl.Start(isrctl.Config{Store: store, Name: "c1", SessionTTL: time.Second, Tick: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Controller: isr.ControllerConfig{MinISR: 2, DisableAutoRebalance: true}})
+	defer ctl.Close()
+	testutil.WaitFor(t, "the controller to be elected", func() bool { ok, _ := ctl.Active(); return ok })
+	if err := ctl.CreatePartition(ctx, "new-0", []isr.BrokerID{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the partition's record", func() bool { _, err := store.Get(ctx, isr.PartitionKey("new-0")); return err == nil })
+
+	out := runAdmin(t, "topics", "reassign", "acme/orders", "new", "--partition", "0", "--replicas", "4,2,3", m)
+	// Broker 4 has no replica running to catch up, so the move stays in
+	// progress: the record shows it being added and broker 1 being removed.
+	if want := "Replicas: 4,2,3,1\tIsr: "; !strings.Contains(out, want) || !strings.Contains(out, "Adding Replicas: 4\tRemoving Replicas: 1") {
+		t.Fatalf("reassign output lacks %q and the adding/removing replicas:\n%s", want, out)
+	}
+	out = runAdmin(t, "topics", "reassign", "acme/orders", "new", "--partition", "0", "--cancel", m)
+	// Back to the original replicas, in the order Kafka's cancel leaves
+	// them: the full list less the ones being added.
+	if !strings.Contains(out, "Replicas: 2,3,1\tIsr: ") || strings.Contains(out, "Adding Replicas") {
+		t.Fatalf("cancel output:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"topics", "reassign", "acme/orders", "old", "--partition", "0", "--replicas", "4,2,3"},
+		{"topics", "reassign", "acme/orders", "new", "--partition", "1", "--replicas", "4,2,3"},
+		{"topics", "reassign", "acme/orders", "new", "--partition", "0", "--replicas", "4,2,9"},
+		{"topics", "reassign", "acme/orders", "new", "--partition", "0", "--cancel"},
+		{"topics", "reassign", "acme/orders", "new", "--partition", "0"},
+	} {
+		root := newRootCommand()
+		root.SetArgs(append([]string{"admin"}, append(args, m)...))
+		root.SetOut(&strings.Builder{})
+		root.SetErr(&strings.Builder{})
+		if err := root.Execute(); err == nil {
+			t.Errorf("%v accepted", args)
 		}
 	}
 }

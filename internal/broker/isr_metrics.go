@@ -37,6 +37,7 @@ type isrCollector struct {
 	s *isrSide
 
 	partitions, leaders, underReplicated *prometheus.Desc
+	reassigning                          *prometheus.Desc
 	shrinks, expands                     *prometheus.Desc
 	activeController, offline            *prometheus.Desc
 	followerBytes, followerRecords       *prometheus.Desc
@@ -52,9 +53,11 @@ const leaderViewTimeout = 2 * time.Second
 
 func newISRCollector(s *isrSide) *isrCollector {
 	return &isrCollector{s: s,
-		partitions:       prometheus.NewDesc("kafka_server_replicamanager_partitioncount", "ISR-mode partition replicas on this broker.", nil, nil),
-		leaders:          prometheus.NewDesc("kafka_server_replicamanager_leadercount", "ISR-mode partitions this broker leads.", nil, nil),
-		underReplicated:  prometheus.NewDesc("kafka_server_replicamanager_underreplicatedpartitions", "Partitions led here whose ISR is smaller than their replica set.", nil, nil),
+		partitions:      prometheus.NewDesc("kafka_server_replicamanager_partitioncount", "ISR-mode partition replicas on this broker.", nil, nil),
+		leaders:         prometheus.NewDesc("kafka_server_replicamanager_leadercount", "ISR-mode partitions this broker leads.", nil, nil),
+		underReplicated: prometheus.NewDesc("kafka_server_replicamanager_underreplicatedpartitions", "Partitions led here whose ISR is smaller than their replica set.", nil, nil),
+		reassigning: prometheus.NewDesc("kafka_server_replicamanager_reassigningpartitions",
+			"Partitions led here with a reassignment in progress (KIP-455: replicas being added or removed).", nil, nil),
 		shrinks:          prometheus.NewDesc("kafka_server_replicamanager_isrshrinks_total", "ISR shrinks proposed by this broker's leaders and applied by the controller.", nil, nil),
 		expands:          prometheus.NewDesc("kafka_server_replicamanager_isrexpands_total", "ISR expansions proposed by this broker's leaders and applied by the controller.", nil, nil),
 		activeController: prometheus.NewDesc("kafka_controller_kafkacontroller_activecontrollercount", "1 on the broker whose process is ISR mode's active controller.", nil, nil),
@@ -83,7 +86,7 @@ func newISRCollector(s *isrSide) *isrCollector {
 }
 
 func (c *isrCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.partitions, c.leaders, c.underReplicated, c.shrinks, c.expands, c.activeController, c.offline,
+	for _, d := range []*prometheus.Desc{c.partitions, c.leaders, c.underReplicated, c.reassigning, c.shrinks, c.expands, c.activeController, c.offline,
 		c.followerBytes, c.followerRecords, c.redirects, c.consumerLag, c.maxLag, c.replicaLagRecords, c.replicaLagSeconds} {
 		ch <- d
 	}
@@ -91,14 +94,18 @@ func (c *isrCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *isrCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.mgr.Stats()
-	leaders, under := 0, 0
+	leaders, under, reassigning := 0, 0, 0
 	for _, r := range st.Replicas {
 		if r.Role != isr.RoleLeader {
 			continue
 		}
 		leaders++
-		if rec, ok := c.s.record(r.Partition); ok && len(r.ISR) < len(rec.Replicas) {
+		rec, ok := c.s.record(r.Partition)
+		if ok && len(r.ISR) < len(rec.Replicas) {
 			under++
+		}
+		if ok && rec.Reassigning() {
+			reassigning++
 		}
 	}
 	gauge := func(d *prometheus.Desc, v int) {
@@ -107,6 +114,7 @@ func (c *isrCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.partitions, len(st.Replicas))
 	gauge(c.leaders, leaders)
 	gauge(c.underReplicated, under)
+	gauge(c.reassigning, reassigning)
 	ch <- prometheus.MustNewConstMetric(c.shrinks, prometheus.CounterValue, float64(st.ISRShrinks))
 	ch <- prometheus.MustNewConstMetric(c.expands, prometheus.CounterValue, float64(st.ISRExpands))
 	ch <- prometheus.MustNewConstMetric(c.followerBytes, prometheus.CounterValue, float64(c.s.reads.bytes.Load()))

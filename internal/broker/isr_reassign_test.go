@@ -357,6 +357,9 @@ func TestISRReassignThrottled(t *testing.T) {
 	if l := listed["big"][0]; err != nil || !slices.Equal(l.AddingReplicas, []int32{spare}) || !slices.Equal(l.RemovingReplicas, p0.Replicas[:1]) {
 		t.Fatalf("listed while throttled: %v %+v", err, listed)
 	}
+	if n := metricValue(t, byID[p0.Leader], "kafka_server_replicamanager_reassigningpartitions"); n != 1 {
+		t.Fatalf("the leader's reassigning partitions during the move: %v, want 1", n)
+	}
 	// The new replica's log, sampled as it grows.
 	type sample struct {
 		at   time.Time
@@ -397,6 +400,14 @@ func TestISRReassignThrottled(t *testing.T) {
 		t.Fatalf("throttled copy at %.0f bytes/s, want about %d (within 0.2–1.5×)", measured, rate)
 	}
 	waitReassigned(t, ctx, adm, "big", target)
+	testutil.WaitFor(t, "no reassigning partition on any broker", func() bool {
+		for _, b := range brokers {
+			if metricValue(t, b, "kafka_server_replicamanager_reassigningpartitions") != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	leaderBytes, _ := byID[p0.Leader].isr.mgr.ThrottledBytes()
 	_, followerBytes := byID[spare].isr.mgr.ThrottledBytes()
 	if leaderBytes < size/2 || followerBytes < size/2 {
