@@ -3,12 +3,14 @@ package broker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	pulsarlog "github.com/apache/pulsar-client-go/pulsar/log"
 )
 
 // TestPulsarTopicTermination: POST .../terminate answers the last message
@@ -23,7 +25,15 @@ func TestPulsarTopicTermination(t *testing.T) {
 	ctx := pulsarContext(t)
 	const topic = "persistent://public/default/terminated"
 	const path = "/admin/v2/persistent/public/default/terminated/terminate"
-	client1 := pulsarClient(t, b1)
+	// The client's log tells when it has closed the producer after the
+	// termination (its reconnection refused): see the late send below.
+	closing := make(chan struct{}, 1)
+	client1, err := pulsar.NewClient(pulsar.ClientOptions{URL: b1.PulsarURL(), OperationTimeout: pulsarTestTimeout,
+		ConnectionTimeout: 10 * time.Second, Logger: pulsarlog.NewLoggerWithSlog(slog.New(producerClosingHandler{closing}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client1.Close)
 	cons := newConsumer(t, client1, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
 	p := newProducer(t, client1, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
 	ids := sendAll(ctx, t, p, 0, 5)
@@ -35,11 +45,20 @@ func TestPulsarTopicTermination(t *testing.T) {
 		t.Fatalf("terminate answered %+v, want the last message id %v", last, want)
 	}
 	// The producer was closed (CLOSE_PRODUCER, as Pulsar's terminate does)
-	// and its reconnection refused with TopicTerminatedError: a send that
-	// the client still held fails with ErrTopicTerminated, one made after
-	// the refusal with ErrProducerClosed — which depends on timing, with
-	// Apache Pulsar too. Either way nothing is written (the consumer below
+	// and its reconnection refused with TopicTerminatedError, upon which
+	// the client closes the producer: a send after that fails with
+	// ErrProducerClosed (one the client still held, with
+	// ErrTopicTerminated). The send waits for the client's close: a send
+	// racing it is a data race inside pulsar-client-go v0.21.0 (Send checks
+	// the producer's state, then writes to a channel that the close may
+	// have closed meanwhile; the race detector caught it in CI, and the
+	// send then hung). Either way nothing is written (the consumer below
 	// gets the five messages and nothing else).
+	select {
+	case <-closing:
+	case <-ctx.Done():
+		t.Fatal("the client never closed the producer of the terminated topic")
+	}
 	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("late")}); !errors.Is(err, pulsar.ErrTopicTerminated) && !errors.Is(err, pulsar.ErrProducerClosed) {
 		t.Fatalf("send after termination: %v, want ErrTopicTerminated or ErrProducerClosed", err)
 	}
@@ -93,3 +112,22 @@ func TestPulsarTopicTermination(t *testing.T) {
 	p2 := newProducer(t, client2, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
 	sendAll(ctx, t, p2, 0, 1)
 }
+
+// producerClosingHandler signals closing when pulsar-client-go logs that it
+// is closing a producer (and drops every record).
+type producerClosingHandler struct{ closing chan struct{} }
+
+func (h producerClosingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h producerClosingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "Closing producer" {
+		select {
+		case h.closing <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (h producerClosingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h producerClosingHandler) WithGroup(string) slog.Handler      { return h }

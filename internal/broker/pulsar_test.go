@@ -543,10 +543,12 @@ func TestPulsarLookupRedirects(t *testing.T) {
 			topic = name
 		}
 	}
-	res, err := b1.pulsar.Load().Lookup(ctx, topic)
-	if err != nil || res.OwnerURL != b2.PulsarURL() {
-		t.Fatalf("lookup on broker 1: %+v, %v; want a redirect to %s", res, err, b2.PulsarURL())
-	}
+	// Broker 1 learns of broker 2's ownership through its watch of the
+	// ownership records, a moment after broker 2 took the bundle over.
+	testutil.WaitFor(t, "a lookup on broker 1 to redirect to broker 2", func() bool {
+		res, err := b1.pulsar.Load().Lookup(ctx, topic)
+		return err == nil && res.OwnerURL == b2.PulsarURL()
+	})
 	if _, err := b1.pulsar.Load().Topic(ctx, topic, true); err == nil {
 		t.Fatal("broker 1 served a topic of broker 2's bundle")
 	}
