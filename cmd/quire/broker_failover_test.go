@@ -417,13 +417,21 @@ func TestStandaloneKilledKeepsAckedRecords(t *testing.T) {
 	<-p.exited
 	p.exited <- nil // for the cleanup
 	close(stop)
+	// Its records can no longer be acknowledged (the server is gone), and
+	// closing it fails them: a Produce blocked on a full buffer returns
+	// now instead of when ctx ends.
+	prod.Close()
 	<-done
-	prod.Close() // its records can no longer be acknowledged: the server is gone
 	mu.Lock()
 	n := len(acked)
 	mu.Unlock()
 
 	p2 := startQuire(t, args...)
+	// The restart and the read back get a context of their own: the
+	// first one's time went to the producer, however long a loaded
+	// machine made that.
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	probe, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr))
 	if err != nil {
 		t.Fatal(err)
