@@ -285,7 +285,13 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 	next := mlog.Position{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
 	var s *readStream
 	for _, c := range r.streams {
-		if c.next == from || (!c.next.Less(from) && !last.Less(c.next)) {
+		// The reader of a stream reads on from where it stopped, or
+		// reads again some of what it read last: a Kafka fetch whose
+		// answer had no room for this partition's batch asks for the
+		// same offset next time. Either way it is that stream (a new
+		// one would fetch again what this one holds).
+		if c.next == from || (!c.next.Less(from) && !last.Less(c.next)) ||
+			(c.from.LedgerID == from.LedgerID && !from.Less(c.from) && from.Less(c.next)) {
 			s = c
 			break
 		}

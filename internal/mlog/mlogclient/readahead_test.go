@@ -330,3 +330,37 @@ func TestReadAheadWaitsForASecondSequentialRead(t *testing.T) {
 		return st.ReadAheadFetched > 0
 	})
 }
+
+// TestReadAheadRepeatedReadKeepsItsStream: a reader that reads again what
+// it read last (a Kafka fetch that had no room for the partition's batch
+// asks for the same offset next time) stays the stream it was; as a new
+// stream it would start a second read-ahead of what the first one holds,
+// every entry of it read from the bookies again.
+func TestReadAheadRepeatedReadKeepsItsStream(t *testing.T) {
+	r := newReadAhead(1<<20, NewReadAheadBudget(1<<30))
+	at := func(e int64) mlog.Position { return mlog.Position{LedgerID: 7, EntryID: e} }
+	tick := uint64(0)
+	read := func(from, last int64) (fetchPlan, bool) {
+		tick++
+		return r.observe(at(from), at(last), true, tick)
+	}
+	read(0, 0)
+	plan, ok := read(1, 1) // sequential: fetched ahead of
+	if !ok {
+		t.Fatal("the second sequential read started no fetch")
+	}
+	r.fetchDone(plan.s, at(plan.from.EntryID+int64(plan.count)-1), true)
+	for e := int64(2); e < 6; e++ {
+		read(e, e)
+		read(e, e) // the same read again
+		if len(r.streams) != 1 {
+			t.Fatalf("after reading entry %d twice: %d streams, want 1", e, len(r.streams))
+		}
+	}
+	// A repeat of part of a longer read is the same stream too.
+	read(6, 9)
+	read(8, 9)
+	if len(r.streams) != 1 {
+		t.Fatalf("after a partial repeat: %d streams, want 1", len(r.streams))
+	}
+}
