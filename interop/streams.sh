@@ -37,7 +37,9 @@ trap cleanup EXIT
 javac -d "$work/classes" -cp "$libs/*" "$here/streams/WordCount.java" || fail "compile"
 java_cp="$work/classes:$libs/*"
 run=$(date +%s)$$
-jrun() { java -Xmx512m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Djava.io.tmpdir="$work" -cp "$java_cp" quire.interop.WordCount "$@"; }
+# exec: a background jrun is then the JVM itself, so that $! names the
+# process the kills below must reach (not a subshell whose JVM outlives it).
+jrun() { exec java -Xmx512m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Djava.io.tmpdir="$work" -cp "$java_cp" quire.interop.WordCount "$@"; }
 
 timeout 300 bash -c "$(declare -f jrun); java_cp='$java_cp'; work='$work'; jrun produce '$bootstrap' '$run' '$lines'" || fail "producing the input"
 
@@ -57,8 +59,9 @@ for kill_no in 1 2; do
 	echo "streams: SIGKILLed the application ($kill_no of 2)" >&2
 done
 start_app 3
-# The last run finishes the input; verify waits (30 s) for the exact counts.
-timeout 120 bash -c "$(declare -f jrun); java_cp='$java_cp'; work='$work'; jrun verify '$bootstrap' '$run' '$lines'"
+# The last run finishes the input once the killed instances' sessions
+# expired; verify waits (90 s) for the exact counts.
+timeout 180 bash -c "$(declare -f jrun); java_cp='$java_cp'; work='$work'; jrun verify '$bootstrap' '$run' '$lines'"
 status=$?
 if ((status != 0)); then
 	grep -i "exception\|error" "$work/app.log" | head -20 >&2
