@@ -295,6 +295,14 @@ func TestLostBookieAllLedgersRepaired(t *testing.T) {
 		}
 		return false
 	})
+	// The same-zone preference needs b1's zone on record (the auditor
+	// records each registration's zone, best effort): if b1 were killed
+	// first, perhaps as the auditor itself before its first scan, its
+	// replacement could go to any zone the rule allows.
+	c.waitUntil("every bookie's zone recorded", 10*time.Second, func() bool {
+		kvs, _, err := meta.ListAll(ctx, c.store, ZonePrefix)
+		return err == nil && len(kvs) == 6
+	})
 	affected := 0
 	for _, l := range ledgers {
 		if hasBookie(c.metadata(ctx, l.id), "b1") {
