@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -355,7 +354,7 @@ func waitReassignmentShown(ctx context.Context, store meta.Store, req isr.Reassi
 		if err != nil {
 			return fmt.Errorf("partition %s: %w", req.Partition, err)
 		}
-		if (req.Target == nil && !st.Reassigning()) || (req.Target != nil && slices.Equal(st.TargetReplicas(), req.Target)) {
+		if st.ShowsReassignment(req.Target) {
 			return nil
 		}
 		wctx, cancel := context.WithCancel(ctx)

@@ -40,18 +40,7 @@ func TestAdminReplicationAndDescribe(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{ep}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	cat := catalog.New(store)
-	if _, err := cat.CreateTopic(ctx, "acme/orders", "old", 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 4, nil, catalog.ModeISR, 3); err != nil {
-		t.Fatal(err)
-	}
+	store := createOldAndNew(t, ctx, ep, 4)
 	st := isr.PartitionState{Partition: "new-0", Replicas: []isr.BrokerID{1, 2, 3}, Leader: 2, LeaderEpoch: 4,
 		ISR: []isr.Member{{ID: 2, BrokerEpoch: 1}, {ID: 3, BrokerEpoch: 1}}, ELR: []isr.Member{{ID: 1, BrokerEpoch: 1}}}
 	if _, err := store.Create(ctx, isr.PartitionKey("new-0"), st.Marshal()); err != nil {
@@ -103,18 +92,7 @@ func TestAdminTopicsReassign(t *testing.T) {
 	runAdmin(t, "namespaces", "create", "acme/orders", m)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{ep}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	cat := catalog.New(store)
-	if _, err := cat.CreateTopic(ctx, "acme/orders", "old", 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", 1, nil, catalog.ModeISR, 3); err != nil {
-		t.Fatal(err)
-	}
+	store := createOldAndNew(t, ctx, ep, 1)
 	sess, err := store.NewSession(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -161,4 +139,24 @@ func TestAdminTopicsReassign(t *testing.T) {
 			t.Errorf("%v accepted", args)
 		}
 	}
+}
+
+// createOldAndNew connects to the metadata store at ep and creates, in
+// acme/orders, the ledger-mode topic "old" (one partition) and the ISR
+// topic "new" (partitions, RF 3); the store is closed with the test.
+func createOldAndNew(t *testing.T, ctx context.Context, ep string, partitions int32) meta.Store {
+	t.Helper()
+	store, err := meta.NewEtcd(meta.EtcdConfig{Endpoints: []string{ep}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cat := catalog.New(store)
+	if _, err := cat.CreateTopic(ctx, "acme/orders", "old", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.CreateTopicMode(ctx, "acme/orders", "new", partitions, nil, catalog.ModeISR, 3); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }

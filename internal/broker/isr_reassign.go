@@ -97,7 +97,7 @@ func (b *Broker) AlterPartitionReassignments(ctx context.Context, reqs []kafka.R
 	}
 	for _, w := range waits {
 		for {
-			if st, ok := b.isrRecord(ctx, w.name); ok && reassignmentShown(st, w.target) {
+			if st, ok := b.isrRecord(ctx, w.name); ok && st.ShowsReassignment(w.target) {
 				break
 			}
 			select {
@@ -110,15 +110,6 @@ func (b *Broker) AlterPartitionReassignments(ctx context.Context, reqs []kafka.R
 		}
 	}
 	return out
-}
-
-// reassignmentShown reports whether a partition record shows a
-// reassignment to target (nil: its cancel): in progress or completed.
-func reassignmentShown(st isr.PartitionState, target []isr.BrokerID) bool {
-	if target == nil {
-		return !st.Reassigning()
-	}
-	return slices.Equal(st.TargetReplicas(), target)
 }
 
 // reassignmentErr is the Kafka error of a refused or failed reassignment,

@@ -149,6 +149,16 @@ func (s PartitionState) TargetReplicas() []BrokerID {
 	return without(s.Replicas, s.RemovingReplicas)
 }
 
+// ShowsReassignment reports whether the record shows a reassignment to
+// target (in progress or completed), or, for a nil target (a cancel), none
+// in progress.
+func (s PartitionState) ShowsReassignment(target []BrokerID) bool {
+	if target == nil {
+		return !s.Reassigning()
+	}
+	return slices.Equal(s.TargetReplicas(), target)
+}
+
 // OriginalReplicas is the replica set a reassignment in progress started
 // from (Replicas without AddingReplicas), which cancelling it restores;
 // Replicas when none is.
