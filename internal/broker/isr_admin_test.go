@@ -40,6 +40,7 @@ func TestISRKafkaAPIs(t *testing.T) {
 		return b
 	}
 	brokers := map[int32]*Broker{1: start(1), 2: start(2), 3: start(3)}
+	c.waitAllRegistered([]*Broker{brokers[1], brokers[2], brokers[3]})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	seeds := func() []string {

@@ -35,7 +35,24 @@ func (c *testCluster) startISRBrokers(n int, mods ...func(*Config)) []*Broker {
 		})
 		out = append(out, b)
 	}
+	c.waitAllRegistered(out)
 	return out
+}
+
+// waitAllRegistered waits until every one of brokers sees all of them
+// registered: an ISR topic's replication factor is checked against the live
+// brokers the creating broker knows of, and a broker learns of the others
+// through its store watch, after they have started.
+func (c *testCluster) waitAllRegistered(brokers []*Broker) {
+	c.t.Helper()
+	testutil.WaitFor(c.t, fmt.Sprintf("%d brokers registered, as each sees it", len(brokers)), func() bool {
+		for _, b := range brokers {
+			if len(b.cluster.Brokers()) < len(brokers) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestISRAndLedgerTopicsSideBySide: three brokers with ISR mode serve a
