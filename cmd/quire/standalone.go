@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"quire/internal/admin"
+	"quire/internal/bookie"
 	"quire/internal/bookie/client"
 	"quire/internal/bookie/node"
 	"quire/internal/meta"
@@ -113,10 +114,12 @@ func runStandalone(ctx context.Context, o standaloneOptions) error {
 	if err != nil {
 		return err
 	}
+	readGate := bookie.NewReadGate(0, 0) // the bookies share the CPUs: an add to any gates the reads of all
 	for i, addr := range o.bookieAddrs {
 		dir := filepath.Join(o.dataDir, fmt.Sprintf("bookie-%d", i+1))
 		engine := o.engine.config()
 		engine.DiskUsage = sharedDiskUsage(dir, metaDir, embedded)
+		engine.ReadGate = readGate
 		n, err := node.Start(ctx, node.Config{
 			ID: fmt.Sprintf("bookie-%d", i+1), DataDir: dir, ListenAddr: addr,
 			Store: store, Engine: engine, Registerer: prometheus.DefaultRegisterer, Logger: log, TLS: bookieTLS,

@@ -95,6 +95,11 @@ type Config struct {
 	DiskUsage        func() (used, total uint64, err error)
 	OnReadOnlyChange func(readOnly bool) // called without engine locks held, in order
 
+	// ReadGate gives adds priority over range reads for the CPUs (see
+	// ReadGate); engines sharing CPUs may share one. nil → a gate of the
+	// engine's own with the defaults.
+	ReadGate *ReadGate
+
 	Registerer prometheus.Registerer // may be nil
 	Logger     *slog.Logger          // nil → slog.Default()
 

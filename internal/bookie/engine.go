@@ -72,6 +72,7 @@ type Engine struct {
 	rc       *readCache
 	aheads   readAheads  // read-aheads in progress (single-entry misses)
 	spans    spanBuffers // recycled buffers of range reads
+	readGate *ReadGate   // admits range reads (adds first)
 	metrics  *metrics
 	counters counters
 
@@ -156,11 +157,15 @@ func Open(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ReadGate == nil {
+		cfg.ReadGate = NewReadGate(0, 0)
+	}
 	e := &Engine{
 		cfg:               cfg,
 		fs:                fs,
 		log:               cfg.Logger,
 		rc:                newReadCache(cfg.ReadCacheBytes),
+		readGate:          cfg.ReadGate,
 		metrics:           m,
 		ledgers:           make(map[int64]*ledgerState),
 		wc:                writeCache{active: newWriteCacheHalf(), flushing: newWriteCacheHalf(), halfBytes: max(1, cfg.WriteCacheBytes/2)},
@@ -405,6 +410,7 @@ func (e *Engine) recover() error {
 // wait up to writeCacheWaitMax for a full write cache to drain, which needs
 // the journal's goroutines).
 func (e *Engine) Add(req AddRequest, done func(err error)) {
+	e.readGate.noteAdd()
 	start := req.Arrived
 	if start.IsZero() {
 		start = time.Now()
@@ -806,6 +812,7 @@ func (e *Engine) Stats() Stats {
 		ReadCacheHits: c.readCacheHits.Load(), ReadCacheMisses: c.readCacheMisses.Load(),
 		ReadAheadJoins: c.readAheadJoins.Load(),
 		RangeReads:     c.rangeReads.Load(), RangeEntries: c.rangeEntries.Load(),
+		ReadGateWaits: c.readGateWaits.Load(),
 		EntryLogReads: c.entryLogReads.Load(), EntryLogReadBytes: c.entryLogReadBytes.Load(),
 		JournalQueueDepth: c.journalQueueDepth.Load(),
 		JournalBatches:    c.journalBatches.Load(), JournalSyncs: c.journalSyncs.Load(),

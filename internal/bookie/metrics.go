@@ -33,6 +33,7 @@ type metrics struct {
 	rangeReads         prometheus.Counter
 	rangeEntries       prometheus.Counter
 	writeCacheWaits    prometheus.Counter
+	readGateWaits      prometheus.Counter
 
 	registerer prometheus.Registerer
 	registered []prometheus.Collector
@@ -101,6 +102,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		writeCacheWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bookie_write_cache_waits_total", Help: "Adds that waited for a checkpoint to free room in the write cache (both halves full: backpressure).",
 		}),
+		readGateWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bookie_range_read_gate_waits_total", Help: "Ranged reads that waited at the read gate because adds were arriving (adds have priority for the CPUs).",
+		}),
 		rangeEntries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bookie_range_read_entries_total", Help: "Entries returned by ranged reads.",
 		}),
@@ -115,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.addLatency, m.readLatency, m.fsyncLatency, m.queueDepth,
 		m.readCacheHits, m.readCacheMisses, m.ledgerDiskBytes, m.serverStatus,
 		m.diskUsage, m.diskFreeBytes, m.diskPredictedUsage, m.diskPredictedFree, m.diskWarn, m.readOnly,
-		m.noSpaceErrors, m.gcReclaimedBytes, m.entryLogReadBytes, m.rangeReads, m.rangeEntries, m.writeCacheWaits} {
+		m.noSpaceErrors, m.gcReclaimedBytes, m.entryLogReadBytes, m.rangeReads, m.rangeEntries, m.writeCacheWaits, m.readGateWaits} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, errors.Join(errors.New("bookie: register metrics"), err)
@@ -142,6 +146,7 @@ type counters struct {
 	readCacheHits, readCacheMisses               atomic.Uint64
 	readAheadJoins                               atomic.Uint64
 	rangeReads, rangeEntries                     atomic.Uint64
+	readGateWaits                                atomic.Uint64
 	entryLogReads, entryLogReadBytes             atomic.Uint64
 	journalBatches, journalSyncs, journalRecords atomic.Uint64
 	journalSyncNanos                             atomic.Int64
@@ -171,6 +176,8 @@ type Stats struct {
 	// RangeReads counts ReadRange calls that returned entries, RangeEntries
 	// the entries they returned.
 	RangeReads, RangeEntries uint64
+	// ReadGateWaits counts range reads that waited at the ReadGate.
+	ReadGateWaits uint64
 	// EntryLogReads counts reads of entry-log files (one per span of
 	// adjacent records), EntryLogReadBytes the bytes they read.
 	EntryLogReads, EntryLogReadBytes uint64

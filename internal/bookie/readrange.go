@@ -53,6 +53,13 @@ func (e *Engine) ReadRangeRecycled(ledgerID, firstEntryID int64, maxEntries, max
 	if ledgerID < 0 || firstEntryID < 0 {
 		return nil, nil, fmt.Errorf("read range ledger %d from %d: %w", ledgerID, firstEntryID, ErrInvalidRequest)
 	}
+	leave, ok := e.readGate.tryEnter()
+	if !ok {
+		e.counters.readGateWaits.Add(1)
+		e.metrics.readGateWaits.Inc()
+		leave = e.readGate.enter()
+	}
+	defer leave()
 	rr := rangeRead{ledgerID: ledgerID, maxEntries: max(maxEntries, 1), maxBytes: maxBytes}
 	next := firstEntryID
 	for !rr.full {
