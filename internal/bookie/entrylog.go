@@ -363,6 +363,14 @@ func (l *entryLogs) readSpan(id uint64, offset, length int64) ([]byte, error) {
 	return buf, nil
 }
 
+// adviseWillNeed has the kernel start reading length bytes at offset of
+// log id into the page cache (adviseWillNeed): a hint, errors ignored.
+func (l *entryLogs) adviseWillNeed(id uint64, offset, length int64) {
+	if f, err := l.reader(id); err == nil {
+		adviseWillNeed(f, offset, length)
+	}
+}
+
 // readSpanInto fills buf with the bytes at offset of log id.
 func (l *entryLogs) readSpanInto(id uint64, offset int64, buf []byte) error {
 	f, err := l.reader(id)

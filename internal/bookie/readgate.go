@@ -15,9 +15,11 @@ import (
 // 350 MB/s catch-up reader, with the disk idle. Go's scheduler has no
 // priorities; what a process can do is keep the reads from being runnable
 // many at once. So while adds arrive (one within the gate's quiet period),
-// range reads pass one at a time (WhileWriting at once); otherwise the gate
-// does not hold them back at all, and a catch-up reader alone reads at full
-// speed.
+// range reads' entry-log reads and parsing pass one at a time (WhileWriting
+// at once), and a read that has to wait first has the kernel start reading
+// its spans into the page cache, so that the disk stays busy while the CPU
+// work waits its turn; otherwise the gate does not hold reads back at all,
+// and a catch-up reader alone reads at full speed.
 //
 // One gate may be shared by several engines: the standalone's bookies share
 // its CPUs, so an add to any of them slows the range reads of all. The zero

@@ -52,9 +52,10 @@ func TestReadGateAdmission(t *testing.T) {
 	nilGate.noteAdd()
 }
 
-// TestRangeReadWaitsAtGate: an engine's range read started while adds
-// arrive and the gate is full waits (counted in ReadGateWaits) until the
-// read holding the gate leaves, then returns its entries.
+// TestRangeReadWaitsAtGate: an engine's range read from the entry logs
+// started while adds arrive and the gate is full waits (counted in
+// ReadGateWaits) until the read holding the gate leaves, then returns its
+// entries.
 func TestRangeReadWaitsAtGate(t *testing.T) {
 	fs := vfs.NewMem()
 	cfg := testConfig(fs)
@@ -63,6 +64,9 @@ func TestRangeReadWaitsAtGate(t *testing.T) {
 	e := openTest(t, cfg)
 	for i := range int64(10) {
 		mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: i, LastAddConfirmed: i - 1, Payload: payloadFor(1, i, 100)})
+	}
+	if err := e.Checkpoint(); err != nil { // the entries in the entry logs, not the write cache
+		t.Fatal(err)
 	}
 	if _, err := e.ReadRange(1, 0, 10, 0); err != nil { // admitted: the gate is free
 		t.Fatal(err)

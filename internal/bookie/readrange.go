@@ -53,13 +53,6 @@ func (e *Engine) ReadRangeRecycled(ledgerID, firstEntryID int64, maxEntries, max
 	if ledgerID < 0 || firstEntryID < 0 {
 		return nil, nil, fmt.Errorf("read range ledger %d from %d: %w", ledgerID, firstEntryID, ErrInvalidRequest)
 	}
-	leave, ok := e.readGate.tryEnter()
-	if !ok {
-		e.counters.readGateWaits.Add(1)
-		e.metrics.readGateWaits.Inc()
-		leave = e.readGate.enter()
-	}
-	defer leave()
 	rr := rangeRead{ledgerID: ledgerID, maxEntries: max(maxEntries, 1), maxBytes: maxBytes}
 	next := firstEntryID
 	for !rr.full {
@@ -185,19 +178,28 @@ func (e *Engine) rangeFromLogs(rr *rangeRead, next int64) (int64, error) {
 	if err != nil {
 		return 0, ioError("read index", err)
 	}
-	if len(locs) > 0 {
-		e.counters.readCacheMisses.Add(uint64(len(locs)))
-		e.metrics.readCacheMisses.Add(float64(len(locs)))
+	if len(locs) == 0 {
+		return 0, nil
 	}
+	e.counters.readCacheMisses.Add(uint64(len(locs)))
+	e.metrics.readCacheMisses.Add(float64(len(locs)))
+	// The reads and the parsing are what the ReadGate admits; a range that
+	// has to wait for it gets the kernel reading its spans meanwhile.
+	leave, ok := e.readGate.tryEnter()
+	if !ok {
+		e.counters.readGateWaits.Add(1)
+		e.metrics.readGateWaits.Inc()
+		for i := 0; i < len(locs); {
+			j, end := spanEnd(locs, i)
+			e.logs.adviseWillNeed(locs[i].logID, locs[i].offset, end-locs[i].offset)
+			i = j
+		}
+		leave = e.readGate.enter()
+	}
+	defer leave()
 	var n int64
 	for i := 0; i < len(locs); {
-		// A span: records that follow each other in one log.
-		j := i + 1
-		end := locs[i].offset + int64(locs[i].size)
-		for j < len(locs) && locs[j].logID == locs[i].logID && locs[j].offset == end {
-			end += int64(locs[j].size)
-			j++
-		}
+		j, end := spanEnd(locs, i) // a span: records that follow each other in one log
 		e.counters.entryLogReads.Add(1)
 		e.counters.entryLogReadBytes.Add(uint64(end - locs[i].offset))
 		e.metrics.entryLogReadBytes.Add(float64(end - locs[i].offset))
@@ -224,6 +226,19 @@ func (e *Engine) rangeFromLogs(rr *rangeRead, next int64) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// spanEnd returns the index after the span of records that starts at
+// locs[i] (records that follow each other in one log) and the offset where
+// the span ends.
+func spanEnd(locs []location, i int) (j int, end int64) {
+	j = i + 1
+	end = locs[i].offset + int64(locs[i].size)
+	for j < len(locs) && locs[j].logID == locs[i].logID && locs[j].offset == end {
+		end += int64(locs[j].size)
+		j++
+	}
+	return j, end
 }
 
 // locateRun returns the locations of the consecutive entries from next that
