@@ -44,13 +44,15 @@
 #      and the backlog read: MB/s.
 #   2. catch-up, warm: the same again at once (page cache warm; Quire's entry
 #      cache partly).
-#   3. tailing: a consumer from latest while `perf produce` writes TAIL_RATE
-#      records/s for TAIL_DURATION: end-to-end p50/p99 (send time in the payload
-#      to fetch) and the producer's p99.
-#   4. produce with a catch-up reader: the page cache is dropped again, then the
-#      same producer runs together with a consumer reading the backlog from
-#      earliest (stopped when the producer is done): the producer's records/s
-#      and p99, beside step 3's p99 without the reader; the reader's MB/s.
+#   3. tailing: after TAIL_WARMUP of the producer unmeasured, a consumer from
+#      latest while `perf produce` writes TAIL_RATE records/s for TAIL_DURATION:
+#      end-to-end p50/p99 (send time in the payload to fetch) and the
+#      producer's p99.
+#   4. produce with a catch-up reader: the page cache is dropped again, then
+#      step 3's tailing consumer and producer run together with a consumer
+#      reading the backlog from earliest (stopped when the producer is done):
+#      the producer's records/s and p99 and the tailing consumer's end-to-end
+#      p50/p99, beside step 3's without the reader; the reader's MB/s.
 #   With SINGLE=1, also: RECORDS_SINGLE records produced (max rate) to a
 #   1-partition topic peer-<config>-1p and read cold as in step 1.
 #   Quire's peak RSS (VmHWM of the restarted standalone process, read at the
@@ -60,6 +62,7 @@
 #   DURATION [60s]  WARMUP [10s]  RATE [0 = max]  IN_FLIGHT [16384]  RECORD_SIZE [1024]
 #   PARTITIONS [16]  CONFIGS [kafka1 kafka3 kafka3-flush quire]
 #   READ [1; 0 skips the read phase]  TAIL_RATE [20000 records/s]  TAIL_DURATION [20s]
+#   TAIL_WARMUP [5s: the tail producer first runs this long unmeasured; 0s: not]
 #   SINGLE [0; 1 adds the single-partition catch-up]  RECORDS_SINGLE [200000]
 #   WORK [a new /tmp/quire-peer.XXXXXX; removed at exit unless KEEP=1]
 #   QUIRE_BIN [built from ./cmd/quire into WORK]  QUIRE_ARGS [extra standalone flags]
@@ -238,6 +241,7 @@ seconds() {
 duration_s=$(seconds "$duration") || exit 2
 warmup_s=$(seconds "$warmup") || exit 2
 tail_s=$(seconds "$tail_duration") || exit 2
+tail_warmup_s=$(seconds "${TAIL_WARMUP:-5s}") || exit 2
 run_bound=$((duration_s + warmup_s + 150))
 [[ $read_phase_on =~ ^[01]$ && $single =~ ^[01]$ ]] || { log "READ and SINGLE are 0 or 1"; exit 2; }
 [[ $tail_rate =~ ^[0-9]+(\.[0-9]+)?$ && $records_single =~ ^[0-9]+$ ]] ||
@@ -577,15 +581,15 @@ catchup() {
 	cu="$c_mbs $c_rs $c_secs"
 }
 
-# rate_produce NAME STEP BROKERS TOPIC: `perf produce` at TAIL_RATE for
-# TAIL_DURATION, started in the background (bg_pid).
+# rate_produce NAME STEP BROKERS TOPIC [DURATION]: `perf produce` at TAIL_RATE
+# for DURATION (default TAIL_DURATION), started in the background (bg_pid).
 rate_produce() {
-	local name=$1 step=$2 brokers=$3 topic=$4
+	local name=$1 step=$2 brokers=$3 topic=$4 d=${5:-$tail_duration}
 	# shellcheck disable=SC2086 # PRODUCE_ARGS is a list of flags
 	bg_start $((tail_s + 150)) "$work/$name-$step-produce.out" "$work/$name-$step-produce.err" \
 		"$quire" perf produce --brokers "$brokers" --topic "$topic" --partitions "$partitions" \
 		--record-size "$record_size" --in-flight "$in_flight" --acks all --connect-timeout 60s ${PRODUCE_ARGS:-} \
-		--rate "$tail_rate" --duration "$tail_duration" --warm-up 0s
+		--rate "$tail_rate" --duration "$d" --warm-up 0s
 }
 
 # vmhwm: the standalone process's peak resident set (VmHWM), in MiB.
@@ -633,6 +637,48 @@ restart_quire() {
 	return 1
 }
 
+# tail_consumer_start NAME STEP BROKERS TOPIC: a consumer from latest that
+# stops after TAIL_RATE x TAIL_DURATION records (output WORK/NAME-STEP-consume.*),
+# started in the background (t_pid); returns once it has found the topic and
+# listed its start offsets, plus a second.
+tail_consumer_start() {
+	local name=$1 step=$2 brokers=$3 topic=$4
+	t_expected=$(awk -v r="$tail_rate" -v s="$tail_s" 'BEGIN { printf "%d", r * s }')
+	bg_start $((tail_s + 150)) "$work/$name-$step-consume.out" "$work/$name-$step-consume.err" \
+		"$quire" perf consume --brokers "$brokers" --topic "$topic" --from latest \
+		--records "$t_expected" --duration "$((tail_s + 60))s" --connect-timeout 60s
+	t_pid=$bg_pid
+	# The consumer prints its first line once it found the topic; its start
+	# offsets are listed right then.
+	for _ in $(seq 700); do
+		grep -q '^perf consume: topic' "$work/$name-$step-consume.out" 2>/dev/null && break
+		kill -0 "$t_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	sleep 1
+}
+
+# tail_consumer_result NAME STEP: once the producer is done (parse_produce
+# read its output), up to 10 s more for tail_consumer_start's consumer to
+# read the last records, then it is stopped (it prints its summary on
+# SIGTERM); t_e2e is its end-to-end "p50/p99" in ms, or fail (1 returned).
+tail_consumer_result() {
+	local name=$1 step=$2
+	for _ in $(seq 100); do kill -0 "$t_pid" 2>/dev/null || break; sleep 0.1; done
+	stop_or_wait "$t_pid"
+	t_e2e=fail
+	if ! parse_consume "$work/$name-$step-consume.out" || [[ $c_e2e50 == - ]]; then
+		note "$name" "$step consumer failed: $(tail -1 "$work/$name-$step-consume.err" | cut -c1-100)"
+		return 1
+	fi
+	t_e2e="$c_e2e50/$c_e2e99"
+	# It stops at TAIL_RATE x TAIL_DURATION records; the producer may send a
+	# few more (or, falling behind, fewer).
+	if [[ -n $p_records ]] && ((c_records < (p_records < t_expected ? p_records : t_expected))); then
+		note "$name" "$step consumer read $c_records of $p_records records"
+	fi
+}
+
 # read_phase NAME BROKERS [topic creation flags of the produce phase]: steps
 # 1-4 on peer-NAME and, with SINGLE=1, the single-partition catch-up; fills
 # the rd_* entries of NAME.
@@ -657,28 +703,18 @@ read_phase() {
 	rd_warm[$name]=$cu
 
 	# 3. Tailing: a consumer from latest, then the producer at TAIL_RATE.
-	local expected
-	expected=$(awk -v r="$tail_rate" -v s="$tail_s" 'BEGIN { printf "%d", r * s }')
+	# First TAIL_WARMUP of the same producer, unmeasured: the first writes
+	# after Quire's restart open new ledgers, which is not what a tailing
+	# producer sees in steady state (and is not repeated in step 4).
+	if [[ $tail_warmup_s -gt 0 ]]; then
+		rate_produce "$name" tail-warm-up "$brokers" "$topic" "${tail_warmup_s}s"
+		bg_wait "$bg_pid" || note "$name" "tail warm-up producer failed: $(tail -1 "$work/$name-tail-warm-up-produce.err" | cut -c1-100)"
+	fi
 	log "$name: tail: consumer from latest, producing $tail_rate records/s for $tail_duration"
-	bg_start $((tail_s + 150)) "$work/$name-tail-consume.out" "$work/$name-tail-consume.err" \
-		"$quire" perf consume --brokers "$brokers" --topic "$topic" --from latest \
-		--records "$expected" --duration "$((tail_s + 60))s" --connect-timeout 60s
-	cpid=$bg_pid
-	# The consumer prints its first line once it found the topic; its start
-	# offsets are listed right then.
-	for _ in $(seq 700); do
-		grep -q '^perf consume: topic' "$work/$name-tail-consume.out" 2>/dev/null && break
-		kill -0 "$cpid" 2>/dev/null || break
-		sleep 0.1
-	done
-	sleep 1
+	tail_consumer_start "$name" tail "$brokers" "$topic"
 	rate_produce "$name" tail "$brokers" "$topic"
 	bg_wait "$bg_pid"
 	rc=$?
-	# Up to 10 s more for the consumer to read the last records; then it is
-	# stopped (it prints its summary on SIGTERM).
-	for _ in $(seq 100); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
-	stop_or_wait "$cpid"
 	local tail_p99=fail tail_e2e="fail"
 	if parse_produce "$work/$name-tail-produce.out"; then
 		tail_p99=$p_p99
@@ -687,17 +723,8 @@ read_phase() {
 		note "$name" "tail producer failed (exit $rc): $(tail -1 "$work/$name-tail-produce.err" | cut -c1-100)"
 		ok=0
 	fi
-	if parse_consume "$work/$name-tail-consume.out" && [[ $c_e2e50 != - ]]; then
-		tail_e2e="$c_e2e50/$c_e2e99"
-		# It stops at TAIL_RATE x TAIL_DURATION records; the producer may send a
-		# few more (or, falling behind, fewer).
-		if [[ -n $p_records ]] && ((c_records < (p_records < expected ? p_records : expected))); then
-			note "$name" "tail consumer read $c_records of $p_records records"
-		fi
-	else
-		note "$name" "tail consumer failed: $(tail -1 "$work/$name-tail-consume.err" | cut -c1-100)"
-		ok=0
-	fi
+	tail_consumer_result "$name" tail || ok=0
+	tail_e2e=$t_e2e
 	log "$name: tail: e2e p50/p99 $tail_e2e ms, producer p99 $tail_p99 ms"
 	is_quire "$name" && log "quire: standalone VmHWM so far $(vmhwm) MiB"
 	rd_tail[$name]="$tail_e2e $tail_p99"
@@ -705,12 +732,13 @@ read_phase() {
 	# 4. The same producer with a catch-up reader from earliest (page cache
 	# dropped again), both started together; the reader is stopped when the
 	# producer is done.
-	local with_rs=fail with_p99=fail reader=fail
+	local with_rs=fail with_p99=fail reader=fail with_e2e=fail
 	if backlog "$brokers" "$topic" "$work/$name-backlog2.out"; then
 		n=$bl_n
 		drop_caches
 		r=$(catchup_bound "$n")
-		log "$name: produce with catch-up: reading $n records from earliest, producing $tail_rate records/s for $tail_duration"
+		log "$name: produce with catch-up: reading $n records from earliest, producing $tail_rate records/s for $tail_duration, a tailing consumer beside"
+		tail_consumer_start "$name" with-tail "$brokers" "$topic"
 		bg_start $((r + 90)) "$work/$name-with-consume.out" "$work/$name-with-consume.err" \
 			"$quire" perf consume --brokers "$brokers" --topic "$topic" --from earliest \
 			--records "$n" --duration "${r}s" --connect-timeout 60s
@@ -734,12 +762,14 @@ read_phase() {
 			note "$name" "catch-up reader failed: $(tail -1 "$work/$name-with-consume.err" | cut -c1-100)"
 			ok=0
 		fi
-		log "$name: produce with catch-up: records/s $with_rs, p99 $with_p99 ms; reader $reader"
+		tail_consumer_result "$name" with-tail || ok=0
+		with_e2e=$t_e2e
+		log "$name: produce with catch-up: records/s $with_rs, p99 $with_p99 ms; tail e2e p50/p99 $with_e2e ms; reader $reader"
 	else
 		note "$name" "$topic did not answer ListOffsets before step 4"
 		ok=0
 	fi
-	rd_with[$name]="$with_rs $with_p99 $reader"
+	rd_with[$name]="$with_rs $with_p99 $reader $with_e2e"
 	is_quire "$name" && rd_rss[$name]=$(vmhwm)
 
 	# Single partition: RECORDS_SINGLE records at max rate, then a cold catch-up.
@@ -883,9 +913,9 @@ ratio() {
 if ((read_phase_on)); then
 	echo
 	echo "Read phase: each configuration's topic after its produce phase (backlog: its records, warm-up included) of $record_size B in $partitions partitions, read from earliest by a fresh consumer without group; page cache dropped: $caches_dropped"
-	echo "  tail: consumer from latest while producing $tail_rate records/s for $tail_duration; with catch-up: the same producer while a reader reads the backlog from earliest (page cache dropped first; reader MB/s over the seconds it read, done = whole backlog)"
-	printf '%-38s %9s %10s %10s %19s %25s %15s %16s\n' "system / config" "backlog" "cold MB/s" "warm MB/s" \
-		"tail e2e p50/p99 ms" "produce p99 ms alone/with" "rec/s with" "reader MB/s"
+	echo "  tail: consumer from latest while producing $tail_rate records/s for $tail_duration; with catch-up: the same producer and tailing consumer while a reader reads the backlog from earliest (page cache dropped first; reader MB/s over the seconds it read, done = whole backlog)"
+	printf '%-38s %9s %10s %10s %19s %19s %25s %15s %16s\n' "system / config" "backlog" "cold MB/s" "warm MB/s" \
+		"tail e2e p50/p99 ms" "same, with catch-up" "produce p99 ms alone/with" "rec/s with" "reader MB/s"
 	for c in $configs; do
 		if [[ -z ${rd_backlog[$c]:-} ]]; then
 			if [[ $c == quire-secure ]]; then
@@ -901,9 +931,15 @@ if ((read_phase_on)); then
 		read -r cold _ <<<"${rd_cold[$c]:-fail}"
 		read -r warm _ <<<"${rd_warm[$c]:-fail}"
 		read -r e2e tp99 <<<"${rd_tail[$c]:-fail fail}"
-		read -r wrs wp99 reader <<<"${rd_with[$c]:-fail fail fail}"
-		printf '%-38s %9s %10s %10s %19s %25s %15s %16s\n' "${rlabel[$c]}" "${rd_backlog[$c]}" "$cold" "$warm" \
-			"$e2e" "$tp99/$wp99" "$wrs" "$reader"
+		read -r wrs wp99 reader we2e <<<"${rd_with[$c]:-fail fail fail fail}"
+		printf '%-38s %9s %10s %10s %19s %19s %25s %15s %16s\n' "${rlabel[$c]}" "${rd_backlog[$c]}" "$cold" "$warm" \
+			"$e2e" "$we2e" "$tp99/$wp99" "$wrs" "$reader"
+	done
+	for c in $configs; do
+		[[ -n ${rd_backlog[$c]:-} ]] || continue
+		read -r e2e tp99 <<<"${rd_tail[$c]:-fail fail}"
+		read -r _ wp99 _ we2e <<<"${rd_with[$c]:-fail fail fail fail}"
+		echo "${rlabel[$c]}: with a catch-up reader / without (lower is better): produce p99 $(ratio "$wp99" "$tp99"), tailing e2e p99 $(ratio "${we2e#*/}" "${e2e#*/}")"
 	done
 	for c in $configs; do
 		[[ -n ${rd_rss[$c]:-} ]] && echo "Quire standalone peak RSS (VmHWM) over the read phase of $c, steps 1-4 after its restart: ${rd_rss[$c]} MiB"
