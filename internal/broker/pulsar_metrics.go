@@ -229,6 +229,13 @@ func (c *collector) collectPulsar(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(desc, kind, v, t.name)
 		}
 		topic(c.storage, prometheus.GaugeValue, float64(st.StorageSize))
+		// The managed ledger's read path is the Kafka partitions': its
+		// cache and read-ahead under the same names.
+		topic(c.cacheHits, prometheus.CounterValue, float64(st.CacheHits))
+		topic(c.cacheMisses, prometheus.CounterValue, float64(st.CacheMisses))
+		topic(c.aheadHits, prometheus.CounterValue, float64(st.ReadAheadHits))
+		topic(c.aheadFetched, prometheus.CounterValue, float64(st.ReadAheadFetched))
+		topic(c.aheadBytes, prometheus.GaugeValue, float64(st.ReadAheadBytes))
 		topic(d.inMessages, prometheus.CounterValue, float64(fe.MsgIn))
 		topic(d.inBytes, prometheus.CounterValue, float64(fe.BytesIn))
 		var out, outBytes int64
