@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"quire/internal/ledger"
 	"quire/internal/mlog"
 	"quire/internal/testutil"
 )
@@ -362,5 +363,43 @@ func TestReadAheadRepeatedReadKeepsItsStream(t *testing.T) {
 	read(8, 9)
 	if len(r.streams) != 1 {
 		t.Fatalf("after a partial repeat: %d streams, want 1", len(r.streams))
+	}
+}
+
+// TestMetadataCacheOpenLedgers: a closed ledger's record is kept until it
+// is evicted or forgotten; an open ledger's for openMetadataTTL after it
+// was read, and a newer read of it (or its closed record) replaces it; a
+// closed record is never replaced by an open one.
+func TestMetadataCacheOpenLedgers(t *testing.T) {
+	c := newMetadataCache(2)
+	t0 := time.Unix(1000, 0)
+	open := ledger.Metadata{ID: 7, State: ledger.StateOpen, Fragments: []ledger.Fragment{{FirstEntry: 0}}}
+	c.put(open, t0)
+	if md, ok := c.get(7, t0.Add(openMetadataTTL-time.Millisecond)); !ok || md.State != ledger.StateOpen {
+		t.Fatalf("open ledger's record within its TTL: %+v, %v; want it cached", md, ok)
+	}
+	if _, ok := c.get(7, t0.Add(openMetadataTTL)); ok {
+		t.Fatal("open ledger's record past its TTL: still used")
+	}
+	grown := open
+	grown.Fragments = append(grown.Fragments, ledger.Fragment{FirstEntry: 100})
+	c.put(grown, t0.Add(openMetadataTTL))
+	if md, ok := c.get(7, t0.Add(openMetadataTTL)); !ok || len(md.Fragments) != 2 {
+		t.Fatalf("open ledger's record read again: %+v, %v; want the new one", md, ok)
+	}
+	closed := grown
+	closed.State = ledger.StateClosed
+	c.put(closed, t0.Add(2*openMetadataTTL))
+	c.put(grown, t0.Add(3*openMetadataTTL)) // an older read landing late
+	if md, ok := c.get(7, t0.Add(time.Hour)); !ok || md.State != ledger.StateClosed {
+		t.Fatalf("closed ledger's record an hour on: %+v, %v; want it cached, closed", md, ok)
+	}
+	c.put(ledger.Metadata{ID: 8, State: ledger.StateClosed}, t0)
+	c.put(ledger.Metadata{ID: 9, State: ledger.StateClosed}, t0) // evicts 7, the oldest
+	if _, ok := c.get(7, t0); ok {
+		t.Fatal("cache of 2 holds 3 records")
+	}
+	if _, ok := c.get(9, t0); !ok {
+		t.Fatal("the newest record evicted")
 	}
 }
