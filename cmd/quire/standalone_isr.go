@@ -133,28 +133,17 @@ func (o standaloneOptions) startBrokers(ctx context.Context, store meta.Store, l
 // one another before it reports ready anyway.
 const allSeenWait = 30 * time.Second
 
-// waitAllSeen returns once every broker sees all of them registered: a
-// broker learns of the others through its store watch, and CreateTopics
-// checks an ISR topic's replication factor against the brokers it knows,
-// so a topic created the moment the standalone said it was ready could be
-// refused (INVALID_REPLICATION_FACTOR). Past allSeenWait it logs and goes
-// on: the brokers serve, and the check is the client's to retry.
+// waitAllSeen returns once every broker sees all of them registered
+// (broker.SeeOneAnother): otherwise an ISR topic created the moment the
+// standalone said it was ready could be refused (INVALID_REPLICATION_FACTOR).
+// Past allSeenWait it logs and goes on: the brokers serve, and the check is
+// the client's to retry.
 func waitAllSeen(ctx context.Context, brokers []*broker.Broker, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, allSeenWait)
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		seen := true
-		for _, b := range brokers {
-			if nodes, _ := b.Brokers(ctx); len(nodes) < len(brokers) {
-				seen = false
-				break
-			}
-		}
-		if seen {
-			return
-		}
+	for !broker.SeeOneAnother(brokers) {
 		select {
 		case <-ctx.Done():
 			log.Warn("isr-mode brokers do not all see one another yet; reporting ready anyway", "brokers", len(brokers), "waited", allSeenWait)

@@ -291,6 +291,20 @@ func (b *Broker) isrTopicInfo(rec catalog.Topic) kafka.TopicInfo {
 	return ti
 }
 
+// SeeOneAnother reports whether every one of brokers sees all of them
+// registered. A broker learns of the others through its store watch, after
+// they have started, and CreateTopics checks an ISR topic's replication
+// factor against the brokers it knows (INVALID_REPLICATION_FACTOR): brokers
+// started together are ready for such topics once this holds.
+func SeeOneAnother(brokers []*Broker) bool {
+	for _, b := range brokers {
+		if len(b.cluster.Brokers()) < len(brokers) {
+			return false
+		}
+	}
+	return true
+}
+
 // isrPartition routes a produce or a consumer's fetch of an ISR topic's
 // partition: handled is false when it is not one (as far as the records
 // here know; a ledger-mode load refuses a topic whose record says ISR).

@@ -40,19 +40,11 @@ func (c *testCluster) startISRBrokers(n int, mods ...func(*Config)) []*Broker {
 }
 
 // waitAllRegistered waits until every one of brokers sees all of them
-// registered: an ISR topic's replication factor is checked against the live
-// brokers the creating broker knows of, and a broker learns of the others
-// through its store watch, after they have started.
+// registered (SeeOneAnother).
 func (c *testCluster) waitAllRegistered(brokers []*Broker) {
 	c.t.Helper()
-	testutil.WaitFor(c.t, fmt.Sprintf("%d brokers registered, as each sees it", len(brokers)), func() bool {
-		for _, b := range brokers {
-			if len(b.cluster.Brokers()) < len(brokers) {
-				return false
-			}
-		}
-		return true
-	})
+	testutil.WaitFor(c.t, fmt.Sprintf("%d brokers registered, as each sees it", len(brokers)),
+		func() bool { return SeeOneAnother(brokers) })
 }
 
 // TestISRAndLedgerTopicsSideBySide: three brokers with ISR mode serve a
