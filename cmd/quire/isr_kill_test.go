@@ -108,14 +108,21 @@ func TestStandaloneISRKilledRecovers(t *testing.T) {
 	<-p.exited
 	p.exited <- nil // for the cleanup
 	close(stop)
+	// Its records can no longer be acknowledged (the process is gone), and
+	// closing it fails them: a Produce blocked on a full buffer returns now,
+	// not when ctx ends — which left the restart below an expired context.
+	prod.Close()
 	<-done
-	prod.Close() // its records can no longer be acknowledged: the process is gone
 	mu.Lock()
 	n := len(acked)
 	mu.Unlock()
 
 	restarted := time.Now()
 	p2 := startQuire(t, args...)
+	// The restart and the read back get a context of their own: the first
+	// one's time went to the producer, however long a loaded machine made that.
+	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	probe, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		t.Fatal(err)
