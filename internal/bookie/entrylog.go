@@ -371,20 +371,36 @@ func (l *entryLogs) adviseWillNeed(id uint64, offset, length int64) {
 	}
 }
 
-// readSpanInto fills buf with the bytes at offset of log id.
+// maxReadRequest bounds one read of an entry log. The readers have no
+// kernel read-ahead (adviseNoReadAhead), so a read of n bytes that misses
+// the page cache goes to the disk as requests of up to n bytes (split at the
+// device's max_sectors_kb, often 4 MiB), and a journal fsync queued behind
+// one waits for all of it. Measured here (virtio disk, mq-deadline): an
+// 8 KiB write+fdatasync had a p99 of 1.2 ms alone, 7.8 ms beside a reader of
+// 4 MiB reads and 1.6 ms beside one of 256 KiB reads; the readers ran at
+// 1,058 and 905 MB/s.
+const maxReadRequest = 256 << 10
+
+// readSpanInto fills buf with the bytes at offset of log id, in reads of at
+// most maxReadRequest bytes.
 func (l *entryLogs) readSpanInto(id uint64, offset int64, buf []byte) error {
 	f, err := l.reader(id)
 	if err != nil {
 		return err
 	}
-	n, err := f.ReadAt(buf, offset)
-	if n == len(buf) {
-		return nil
+	for done := 0; done < len(buf); {
+		chunk := buf[done:min(done+maxReadRequest, len(buf))]
+		n, err := f.ReadAt(chunk, offset+int64(done))
+		done += n
+		if n == len(chunk) {
+			continue
+		}
+		if err == nil {
+			err = errCorruptEntryRecord
+		}
+		return fmt.Errorf("entry log %d offset %d: short read %d of %d: %w", id, offset, done, len(buf), err)
 	}
-	if err == nil {
-		err = errCorruptEntryRecord
-	}
-	return fmt.Errorf("entry log %d offset %d: short read %d of %d: %w", id, offset, n, len(buf), err)
+	return nil
 }
 
 // read returns the record at loc, verifying its CRC and that it is the

@@ -3,6 +3,8 @@ package bookie
 import (
 	"bytes"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -83,5 +85,90 @@ func TestEntryLogBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// sizeRecordingFS records the length of every ReadAt of an entry log.
+type sizeRecordingFS struct {
+	vfs.FS
+	mu    sync.Mutex
+	reads []int
+}
+
+func (fs *sizeRecordingFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil || !strings.Contains(name, "entrylog-") {
+		return f, err
+	}
+	return &sizeRecordingFile{File: f, fs: fs}, nil
+}
+
+type sizeRecordingFile struct {
+	vfs.File
+	fs *sizeRecordingFS
+}
+
+func (f *sizeRecordingFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	f.fs.reads = append(f.fs.reads, len(p))
+	f.fs.mu.Unlock()
+	return f.File.ReadAt(p, off)
+}
+
+// TestSpanReadsAreBounded: a span of an entry log is read in requests of at
+// most maxReadRequest bytes (a journal fsync queued behind one waits for
+// all of it), back to back, into the caller's buffer; a span past the end of
+// the log is a short read, an error.
+func TestSpanReadsAreBounded(t *testing.T) {
+	fs := &sizeRecordingFS{FS: vfs.NewMem()}
+	if err := fs.MkdirAll("/logs", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := openEntryLogs(fs, "/logs", 64<<20, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	var first location
+	var end int64
+	for i := range int64(40) { // 40 records of 30 KiB: a span of 1.2 MB
+		loc, err := l.append(cacheKey{ledgerID: 3, entryID: i}, cachedEntry{lastAddConfirmed: i - 1, payload: payloadFor(3, i, 30<<10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = loc
+		}
+		end = loc.offset + int64(loc.size)
+	}
+	if err := l.sync(); err != nil {
+		t.Fatal(err)
+	}
+	span := make([]byte, end-first.offset)
+	if err := l.readSpanInto(first.logID, first.offset, span); err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(40) {
+		k, v, size, err := parseEntryRecord(span)
+		if err != nil || k != (cacheKey{ledgerID: 3, entryID: i}) || !bytes.Equal(v.payload, payloadFor(3, i, 30<<10)) {
+			t.Fatalf("record %d of the span: %v, %v", i, k, err)
+		}
+		span = span[size:]
+	}
+	fs.mu.Lock()
+	reads := append([]int(nil), fs.reads...)
+	fs.mu.Unlock()
+	total := 0
+	for _, n := range reads {
+		if n > maxReadRequest {
+			t.Fatalf("a read of %d bytes, over %d: %v", n, maxReadRequest, reads)
+		}
+		total += n
+	}
+	if want := int(end - first.offset); total != want || len(reads) != (want+maxReadRequest-1)/maxReadRequest {
+		t.Fatalf("reads %v: %d bytes in %d, want %d in %d", reads, total, len(reads), want, (want+maxReadRequest-1)/maxReadRequest)
+	}
+	if err := l.readSpanInto(first.logID, end-100, make([]byte, 1<<20)); err == nil {
+		t.Fatal("a span past the end of the log read without an error")
 	}
 }
