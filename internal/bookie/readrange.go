@@ -36,7 +36,7 @@ import (
 // for a disk read; the entry-log reads happen under gcMu shared, which only
 // GC's removal of old logs and Close take exclusively.
 func (e *Engine) ReadRange(ledgerID, firstEntryID int64, maxEntries, maxBytes int) ([]Entry, error) {
-	entries, _, err := e.ReadRangeRecycled(ledgerID, firstEntryID, maxEntries, maxBytes)
+	entries, _, err := e.readRange(ledgerID, firstEntryID, maxEntries, maxBytes, false)
 	return entries, err
 }
 
@@ -48,12 +48,22 @@ func (e *Engine) ReadRange(ledgerID, firstEntryID int64, maxEntries, maxBytes in
 // catch-up's CPU). After release the payloads must not be used. Not calling
 // release is safe: the buffers are then left to the garbage collector.
 func (e *Engine) ReadRangeRecycled(ledgerID, firstEntryID int64, maxEntries, maxBytes int) (entries []Entry, release func(), err error) {
+	return e.readRange(ledgerID, firstEntryID, maxEntries, maxBytes, true)
+}
+
+// readRange is ReadRange, its spans read into recycled buffers (handed back
+// by release) if recycle, or else into buffers of their exact size: the
+// caller keeps the payloads, which alias the spans, for as long as it likes
+// (the standalone's broker reads its local bookies so, into its read-ahead),
+// and a recycled buffer's power-of-two capacity would have doubled what a
+// catch-up allocates and keeps alive.
+func (e *Engine) readRange(ledgerID, firstEntryID int64, maxEntries, maxBytes int, recycle bool) (entries []Entry, release func(), err error) {
 	start := time.Now()
 	defer func() { e.metrics.readLatency.Observe(time.Since(start).Seconds()) }()
 	if ledgerID < 0 || firstEntryID < 0 {
 		return nil, nil, fmt.Errorf("read range ledger %d from %d: %w", ledgerID, firstEntryID, ErrInvalidRequest)
 	}
-	rr := rangeRead{ledgerID: ledgerID, maxEntries: max(maxEntries, 1), maxBytes: maxBytes}
+	rr := rangeRead{ledgerID: ledgerID, maxEntries: max(maxEntries, 1), maxBytes: maxBytes, recycle: recycle}
 	next := firstEntryID
 	for !rr.full {
 		var n int64
@@ -99,7 +109,8 @@ type rangeRead struct {
 	out        []Entry
 	bytes      int
 	full       bool     // no further entry may be added
-	spans      [][]byte // the buffers of entry-log spans the payloads alias
+	spans      [][]byte // the recycled buffers of entry-log spans the payloads alias
+	recycle    bool     // read spans into recycled buffers (and list them in spans)
 }
 
 // add appends the next entry unless it would break the byte limit (the first
@@ -203,8 +214,13 @@ func (e *Engine) rangeFromLogs(rr *rangeRead, next int64) (int64, error) {
 		e.counters.entryLogReads.Add(1)
 		e.counters.entryLogReadBytes.Add(uint64(end - locs[i].offset))
 		e.metrics.entryLogReadBytes.Add(float64(end - locs[i].offset))
-		span := e.spans.get(int(end - locs[i].offset))
-		rr.spans = append(rr.spans, span)
+		var span []byte
+		if rr.recycle {
+			span = e.spans.get(int(end - locs[i].offset))
+			rr.spans = append(rr.spans, span)
+		} else {
+			span = make([]byte, end-locs[i].offset)
+		}
 		if err := e.logs.readSpanInto(locs[i].logID, locs[i].offset, span); err != nil {
 			return n, ioError("read entry log", err)
 		}

@@ -304,3 +304,43 @@ func TestReadRangeDoesNotStallAdds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadRangeBuffersFitTheirSpans: ReadRange's caller keeps the payloads
+// (they alias the spans read), so the spans are read into buffers of their
+// own size — a recycled buffer's power-of-two capacity would double what a
+// catch-up allocates and keeps alive. ReadRangeRecycled's are recycled.
+func TestReadRangeBuffersFitTheirSpans(t *testing.T) {
+	cfg := testConfig(vfs.NewMem())
+	cfg.EntryLogMaxBytes = 4 << 20
+	cfg.WriteCacheBytes = 4 << 20
+	e := openTest(t, cfg)
+	const n, size = 100, 3000 // one span of ~300 KB: a 512 KiB recycled buffer
+	for i := range int64(n) {
+		mustAdd(t, e, AddRequest{LedgerID: 1, EntryID: i, LastAddConfirmed: i - 1, Payload: payloadFor(1, i, size)})
+	}
+	if err := e.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.ReadRange(1, 0, n, 0)
+	if err != nil || len(got) != n {
+		t.Fatalf("ReadRange: %d entries, %v", len(got), err)
+	}
+	for _, ent := range got {
+		// A payload reaches to the end of its span's buffer: the last
+		// entry read from each span has no room after it.
+		if spare := cap(ent.Payload) - len(ent.Payload); spare > 0 && spare < entryRecordHeaderBytes+size {
+			t.Fatalf("entry %d: %d bytes of buffer after its payload, not a record's", ent.EntryID, spare)
+		}
+	}
+	if last := got[n-1].Payload; cap(last) != len(last) {
+		t.Fatalf("the last entry's buffer has %d bytes after it", cap(last)-len(last))
+	}
+	got, release, err := e.ReadRangeRecycled(1, 0, n, 0)
+	if err != nil || len(got) != n {
+		t.Fatalf("ReadRangeRecycled: %d entries, %v", len(got), err)
+	}
+	if last := got[n-1].Payload; cap(last) == len(last) {
+		t.Fatal("ReadRangeRecycled read into a buffer of the span's size, not a recycled one")
+	}
+	release()
+}
