@@ -673,3 +673,43 @@ func TestUnloadDeleteFailsAdopts(t *testing.T) {
 		return a.cluster.OwnsBundle(b) && acquires == 3 && releases == 1
 	})
 }
+
+// TestLookupDuringUnload: between an Unload's release of a bundle and the
+// store showing its key deleted, the owners cache still names this broker;
+// Lookup must not answer "this broker" then (a client sent here would be
+// refused the topic) but wait for what the store shows next.
+func TestLookupDuringUnload(t *testing.T) {
+	srv := meta.NewMemServer(meta.MemConfig{})
+	a := startMemBroker(t, srv, brokerOpts{id: 1})
+	bounds := createNamespace(t, a.cluster.Catalog(), "acme/orders", 2)
+	testutil.WaitForWithin(t, 5*time.Second, "owned", func() bool { return allOwnedOnce("acme/orders", bounds, a) })
+	topic := catalog.PartitionName("acme/orders", "t", 0)
+	b, err := a.cluster.BundleOf(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Unload's first step (the bundle released), the key's delete not yet
+	// made.
+	c := a.cluster
+	c.mu.Lock()
+	v := c.owned[b]
+	delete(c.owned, b)
+	c.unloading[b] = v
+	c.events.push(event{bundle: b})
+	c.notifyOwnersLocked()
+	c.mu.Unlock()
+	done, cancel := context.WithCancel(context.Background())
+	cancel() // nothing may change while it looks: it must answer from what it has, or wait
+	if m, err := c.Lookup(done, topic); err == nil {
+		t.Fatalf("lookup during the unload answered broker %d", m.ID)
+	}
+	// The delete lands; the bundle is placed again, on the only broker.
+	if err := a.client.Delete(context.Background(), ownershipKey(b), v); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if m, err := c.Lookup(ctx, topic); err != nil || m.ID != 1 {
+		t.Fatalf("lookup after the unload: broker %d, %v", m.ID, err)
+	}
+}

@@ -479,12 +479,28 @@ func (c *Cluster) Lookup(ctx context.Context, name string) (Member, error) {
 			return self, nil
 		}
 		if e, ok := c.owners[b]; ok {
-			info := c.ownerInfoLocked(e.owner)
 			if c.adoptLocked(b, e) {
-				info = c.self
+				c.mu.Unlock()
+				return c.self, nil
 			}
+			if e.owner.BrokerID != c.self.ID {
+				info := c.ownerInfoLocked(e.owner)
+				c.mu.Unlock()
+				return info, nil
+			}
+			// Our own key, which we no longer count as owned: we are
+			// unloading the bundle and the cache has not yet seen the
+			// delete. Answering "this broker" would send a client to a
+			// broker that refuses the topic; what the store shows next
+			// (the delete, then the next owner) answers.
+			changed := c.ownersChanged
 			c.mu.Unlock()
-			return info, nil
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return Member{}, fmt.Errorf("lookup %s: waiting for this broker's unload of %s to show: %w", name, b, ctx.Err())
+			}
 		}
 		choice := rendezvousChoice(b, c.liveIDsLocked())
 		self := c.self.ID
