@@ -75,10 +75,11 @@ type Config struct {
 	// by hundreds of milliseconds). Default DefaultReadConnsPerBookie.
 	ReadConnsPerBookie int
 	// Local holds the bookies served by this process, by the address they
-	// register: their ranged reads are taken from the engine directly (no
-	// connection, no frame, no copy; BookKeeper's local transport), what
-	// catch-up reads cost a standalone's shared CPUs. Everything else, adds
-	// first, still goes through a connection.
+	// register: their ranged reads and adds are handed to the engine
+	// directly (no connection, no frame, no copy; BookKeeper's local
+	// transport) — what catch-up reads and produces cost a standalone's
+	// shared CPUs. Everything else (fencing, single reads, LAC reads and
+	// writes, deletes) still goes through a connection.
 	Local map[string]LocalBookie
 	// MaxInFlightPerConn bounds requests sent on a connection and not yet answered. When the
 	// window is full, callers wait: the synchronous methods until their context ends,
@@ -353,6 +354,10 @@ func (c *Client) start(addr string, ledgerID int64, req *wire.Request, done func
 // bookie is being dialled or its connection's window is full, at most AsyncTimeout.
 // Adds of one ledger to one bookie are sent in call order.
 func (c *Client) AddAsync(addr string, req AddRequest, done func(error)) {
+	if lb := c.cfg.Local[addr]; lb != nil {
+		c.addLocal(lb, addr, req, done)
+		return
+	}
 	// The common case (connected, room in the window) encodes the frame directly into the
 	// connection's buffer and allocates nothing; the response is decoded the same way.
 	if bc, err := c.bookieConn(addr, req.LedgerID); err == nil {
@@ -375,8 +380,50 @@ func (c *Client) AddAsync(addr string, req AddRequest, done func(error)) {
 
 // Add sends an add and waits for the bookie's acknowledgement.
 func (c *Client) Add(ctx context.Context, addr string, req AddRequest) error {
+	if lb := c.cfg.Local[addr]; lb != nil {
+		done := make(chan error, 1)
+		c.addLocal(lb, addr, req, func(err error) { done <- err })
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err() // the add may still be made durable, as one sent over a connection may
+		}
+	}
 	resp, err := c.call(ctx, addr, req.LedgerID, addRequest(req))
 	return addOutcome(addr, req, resp, err)
+}
+
+// addLocal is AddAsync to a bookie in this process: the engine calls back
+// from its journal's goroutine once the entry is durable, or at once on a
+// refusal, which — since done must never run within AddAsync — is then
+// handed to a goroutine of its own.
+func (c *Client) addLocal(lb LocalBookie, addr string, req AddRequest, done func(error)) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		go done(addError(addr, req.LedgerID, req.EntryID, ErrClosed))
+		return
+	}
+	var mu sync.Mutex
+	returned := false
+	lb.Add(req, func(err error) {
+		if err != nil {
+			err = addError(addr, req.LedgerID, req.EntryID, err)
+		}
+		mu.Lock()
+		early := !returned
+		mu.Unlock()
+		if early {
+			go done(err)
+			return
+		}
+		done(err)
+	})
+	mu.Lock()
+	returned = true
+	mu.Unlock()
 }
 
 func addRequest(req AddRequest) *wire.Request {
@@ -472,9 +519,15 @@ func (c *Client) LongPollRead(ctx context.Context, addr string, ledgerID, previo
 	}, nil
 }
 
-// LocalBookie is a bookie in this process that ranged reads reach without
-// a connection (Config.Local).
+// LocalBookie is a bookie in this process that ranged reads and adds reach
+// without a connection (Config.Local).
 type LocalBookie interface {
+	// Add hands an add to the bookie's engine and calls done once, with nil
+	// when the entry is durable or the refusal as the wire carries it
+	// (wire.ErrorOf) — from any goroutine, possibly before Add returns.
+	// Adds reach the engine in call order; Add may block while the
+	// bookie's journal queue is full. The payload is not used after done.
+	Add(req AddRequest, done func(error))
 	// ReadRange answers as a BatchReadRequest would: at most maxEntries
 	// entries of ledgerID from first and about maxBytes of payload (0: the
 	// bookie's limits), never less than the first entry, errors as the wire

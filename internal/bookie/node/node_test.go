@@ -131,6 +131,28 @@ func TestReadOnlyReasonOnFullDisk(t *testing.T) {
 	}
 }
 
+// localAndRemote starts a node and two clients of it: remote over the
+// network, local through Config.Local, which counts its dials in dials
+// (and fails them). The clients and the node close with the test.
+func localAndRemote(t *testing.T, ctx context.Context) (n *Node, remote, local *client.Client, dials *atomic.Int32) {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	n, err := Start(ctx, Config{DataDir: t.TempDir(), ListenAddr: "127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	remote = client.New(client.Config{Logger: quiet})
+	dials = new(atomic.Int32)
+	local = client.New(client.Config{Logger: quiet, Local: map[string]client.LocalBookie{n.Addr(): n.Local()},
+		Dial: func(context.Context, string) (net.Conn, error) {
+			dials.Add(1)
+			return nil, errors.New("no dialling")
+		}})
+	t.Cleanup(func() { local.Close(); remote.Close() }) // before the node's close: cleanups run last first
+	return n, remote, local, dials
+}
+
 // TestLocalRangeReadsAnswerAsTheServer: a client whose Config.Local names
 // this node reads ranges from the engine directly, and gets what a client
 // reading over the network gets: the same entries from the entry logs and
@@ -139,21 +161,7 @@ func TestReadOnlyReasonOnFullDisk(t *testing.T) {
 func TestLocalRangeReadsAnswerAsTheServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	quiet := slog.New(slog.DiscardHandler)
-	n, err := Start(ctx, Config{DataDir: t.TempDir(), ListenAddr: "127.0.0.1:0", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	remote := client.New(client.Config{Logger: quiet})
-	defer remote.Close()
-	var dials atomic.Int32
-	local := client.New(client.Config{Logger: quiet, Local: map[string]client.LocalBookie{n.Addr(): n.Local()},
-		Dial: func(context.Context, string) (net.Conn, error) {
-			dials.Add(1)
-			return nil, errors.New("no dialling")
-		}})
-	defer local.Close()
+	n, remote, local, dials := localAndRemote(t, ctx)
 	const entries = 300
 	payload := func(e int64) []byte { return bytes.Repeat([]byte{byte(e), byte(e >> 8)}, 1+int(e%11)*100) }
 	for e := range int64(entries) {
@@ -195,6 +203,77 @@ func TestLocalRangeReadsAnswerAsTheServer(t *testing.T) {
 	}
 	local.Close()
 	if _, err := local.ReadRange(ctx, n.Addr(), 7, 0, 10, 0); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestLocalAddsAnswerAsTheServer: a client whose Config.Local names this
+// node hands its adds to the engine directly, dialling nobody, and gets
+// what the server would answer: durable entries that a client over the
+// network reads back, ErrFenced for a non-recovery add once the ledger is
+// fenced (a recovery add still lands), ErrBadRequest for invalid ids — and,
+// as AddAsync promises, never a callback from within AddAsync, even for a
+// refusal the engine makes at once.
+func TestLocalAddsAnswerAsTheServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, remote, local, dials := localAndRemote(t, ctx)
+	const entries = 200
+	payload := func(e int64) []byte { return bytes.Repeat([]byte{byte(e)}, 10+int(e)) }
+	results := make(chan error, entries)
+	for e := range int64(entries - 1) {
+		local.AddAsync(n.Addr(), client.AddRequest{LedgerID: 3, EntryID: e, LastAddConfirmed: e - 1, Payload: payload(e)},
+			func(err error) { results <- err })
+	}
+	if err := local.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 3, EntryID: entries - 1, LastAddConfirmed: entries - 2, Payload: payload(entries - 1)}); err != nil {
+		t.Fatal(err)
+	}
+	for range entries - 1 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for e := range int64(entries) {
+		got, err := remote.Read(ctx, n.Addr(), 3, e, false)
+		if err != nil || !bytes.Equal(got.Payload, payload(e)) || got.LastAddConfirmed != e-1 {
+			t.Fatalf("entry %d read over the network: %v, LAC %d", e, err, got.LastAddConfirmed)
+		}
+	}
+
+	if _, err := remote.Read(ctx, n.Addr(), 3, entries-1, true); err != nil { // fences ledger 3
+		t.Fatal(err)
+	}
+	if err := local.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 3, EntryID: entries, LastAddConfirmed: entries - 1, Payload: []byte("late")}); !errors.Is(err, client.ErrFenced) {
+		t.Fatalf("an add to a fenced ledger: %v, want ErrFenced", err)
+	}
+	if err := local.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 3, EntryID: entries, LastAddConfirmed: entries - 1, Recovery: true, Payload: []byte("recovered")}); err != nil {
+		t.Fatalf("a recovery add to a fenced ledger: %v", err)
+	}
+
+	// A refusal made at once still reaches done after AddAsync returned:
+	// done waits for that, so a callback from within AddAsync would never
+	// let it return.
+	returned, refused := make(chan struct{}), make(chan error, 1)
+	go func() {
+		local.AddAsync(n.Addr(), client.AddRequest{LedgerID: -1, EntryID: 0, LastAddConfirmed: -1}, func(err error) {
+			<-returned
+			refused <- err
+		})
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-ctx.Done():
+		t.Fatal("AddAsync called done before returning")
+	}
+	if err := <-refused; !errors.Is(err, client.ErrBadRequest) {
+		t.Fatalf("an add with invalid ids: %v, want ErrBadRequest", err)
+	}
+	if d := dials.Load(); d != 0 {
+		t.Fatalf("%d dials for local adds", d)
+	}
+	local.Close()
+	if err := local.Add(ctx, n.Addr(), client.AddRequest{LedgerID: 4, EntryID: 0, LastAddConfirmed: -1}); !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }
