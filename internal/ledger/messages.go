@@ -199,6 +199,10 @@ func DecodeEntry(ledgerID, entryID int64, b []byte) (payload []byte, cumulativeL
 	return b[entryHeaderSize:], int64(binary.BigEndian.Uint64(b[4:])), nil
 }
 
+// storedLength is the cumulative length in the header of an entry this
+// process encoded (EncodeEntry), read without verifying its checksum.
+func storedLength(b []byte) int64 { return int64(binary.BigEndian.Uint64(b[4:])) }
+
 func entryChecksum(ledgerID, entryID int64, rest []byte) uint32 {
 	var ids [16]byte
 	binary.BigEndian.PutUint64(ids[:], uint64(ledgerID))
