@@ -286,9 +286,8 @@ func (n *Node) ReadRangeLocal(ledgerID, first int64, maxEntries, maxBytes int) (
 // returns. Adds reach the engine in call order; a full journal queue
 // blocks the caller, as it blocks a connection's reader.
 func (n *Node) AddLocal(req client.AddRequest, done func(error)) {
-	if req.LedgerID < 0 || req.EntryID < 0 || req.LastAddConfirmed < -1 {
-		done(wire.ErrorOf(wire.Status_BAD_REQUEST, fmt.Sprintf("add: invalid ids: ledger %d, entry %d, LAC %d",
-			req.LedgerID, req.EntryID, req.LastAddConfirmed)))
+	if reason := server.InvalidAdd(req.LedgerID, req.EntryID, req.LastAddConfirmed); reason != "" {
+		done(wire.ErrorOf(wire.Status_BAD_REQUEST, reason))
 		return
 	}
 	n.served.Add(server.AddRequest{LedgerID: req.LedgerID, EntryID: req.EntryID, LastAddConfirmed: req.LastAddConfirmed,
@@ -307,9 +306,9 @@ func (n *Node) AddLocal(req client.AddRequest, done func(error)) {
 // share, for adds a third of the write path's.
 func (n *Node) Local() client.LocalBookie { return localBookie{n} }
 
-func (l localBookie) Add(req client.AddRequest, done func(error)) { l.n.AddLocal(req, done) }
-
 type localBookie struct{ n *Node }
+
+func (l localBookie) Add(req client.AddRequest, done func(error)) { l.n.AddLocal(req, done) }
 
 func (l localBookie) ReadRange(ledgerID, first int64, maxEntries, maxBytes int) ([]client.Entry, error) {
 	es, err := l.n.ReadRangeLocal(ledgerID, first, maxEntries, maxBytes)

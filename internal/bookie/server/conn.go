@@ -301,9 +301,8 @@ func (c *conn) dispatchAdd(r *wire.AddRequestFrame, received time.Time) {
 		})
 		return
 	}
-	if r.LedgerID < 0 || r.EntryID < 0 || r.LastAddConfirmed < -1 {
-		c.respond(kindAdd, received, true, &wire.Response{RequestId: r.RequestID, Status: wire.Status_BAD_REQUEST,
-			ErrorMessage: fmt.Sprintf("add: invalid ids: ledger %d, entry %d, LAC %d", r.LedgerID, r.EntryID, r.LastAddConfirmed)})
+	if reason := InvalidAdd(r.LedgerID, r.EntryID, r.LastAddConfirmed); reason != "" {
+		c.respond(kindAdd, received, true, &wire.Response{RequestId: r.RequestID, Status: wire.Status_BAD_REQUEST, ErrorMessage: reason})
 		return
 	}
 	ac := &addCompletion{c: c, id: r.RequestID, ledgerID: r.LedgerID, entryID: r.EntryID, received: received}
@@ -315,6 +314,16 @@ func (c *conn) dispatchAdd(r *wire.AddRequestFrame, received time.Time) {
 		Payload:          r.Payload,
 		Arrived:          received,
 	}, ac.done)
+}
+
+// InvalidAdd returns why an add with these ids cannot be served (answered
+// BAD_REQUEST), or "": the server's check, which a bookie's local transport
+// makes too.
+func InvalidAdd(ledgerID, entryID, lastAddConfirmed int64) string {
+	if ledgerID < 0 || entryID < 0 || lastAddConfirmed < -1 {
+		return fmt.Sprintf("add: invalid ids: ledger %d, entry %d, LAC %d", ledgerID, entryID, lastAddConfirmed)
+	}
+	return ""
 }
 
 // invalidReason returns why a well-formed request (other than an add) cannot be served,
