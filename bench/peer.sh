@@ -53,10 +53,15 @@
 #      reading the backlog from earliest (stopped when the producer is done):
 #      the producer's records/s and p99 and the tailing consumer's end-to-end
 #      p50/p99, beside step 3's without the reader; the reader's MB/s.
+#   5. produce beside idle-priority load: step 3's tailing consumer and
+#      producer beside one busy loop per core at the lowest CPU priority
+#      (SCHED_IDLE), no reader: the p99s printed beside step 3's. On a machine
+#      whose cores the clients share with the broker, this is what any reader
+#      does to them at least, however it is served.
 #   With SINGLE=1, also: RECORDS_SINGLE records produced (max rate) to a
 #   1-partition topic peer-<config>-1p and read cold as in step 1.
 #   Quire's peak RSS (VmHWM of the restarted standalone process, read at the
-#   end of steps 1-4) is printed too.
+#   end of steps 1-5) is printed too.
 #
 # Environment (defaults in brackets):
 #   DURATION [60s]  WARMUP [10s]  RATE [0 = max]  IN_FLIGHT [16384]  RECORD_SIZE [1024]
@@ -260,6 +265,10 @@ if [[ -z $quire ]]; then
 	(cd "$root" && CGO_ENABLED=0 go build -o "$quire" ./cmd/quire) || { log "go build failed"; exit 1; }
 fi
 offsets=$work/offsets
+# The read phase's step 5 runs busy loops at the lowest CPU priority there is:
+# SCHED_IDLE, or nice 19 where chrt is missing or refused.
+idle_prio=(chrt -i 0)
+"${idle_prio[@]}" true 2>/dev/null || idle_prio=(nice -n 19)
 if ((read_phase_on)); then
 	(cd "$root" && CGO_ENABLED=0 go build -o "$offsets" bench/offsets.go) || { log "go build bench/offsets.go failed"; exit 1; }
 fi
@@ -466,7 +475,7 @@ run_quire() {
 
 # ---- read phase ----
 
-declare -A rlabel rd_backlog rd_cold rd_warm rd_tail rd_with rd_single rd_rss rd_rss1 rd_notes
+declare -A rlabel rd_backlog rd_cold rd_warm rd_tail rd_with rd_idle rd_single rd_rss rd_rss1 rd_notes
 rlabel[kafka1]="Kafka 1 node, RF 1"
 rlabel[kafka3]="Kafka 3 nodes, RF 3"
 rlabel[kafka3-flush]="Kafka 3 nodes, RF 3, flush.messages=1"
@@ -682,7 +691,7 @@ tail_consumer_result() {
 }
 
 # read_phase NAME BROKERS [topic creation flags of the produce phase]: steps
-# 1-4 on peer-NAME and, with SINGLE=1, the single-partition catch-up; fills
+# 1-5 on peer-NAME and, with SINGLE=1, the single-partition catch-up; fills
 # the rd_* entries of NAME.
 read_phase() {
 	local name=$1 brokers=$2 topic=peer-$1 n r cpid rc
@@ -772,6 +781,34 @@ read_phase() {
 		ok=0
 	fi
 	rd_with[$name]="$with_rs $with_p99 $reader $with_e2e"
+
+	# 5. What step 4's ratio is to be read against: the same producer and
+	# tailing consumer beside one busy loop per core at idle priority
+	# (idle_prio), no reader. A reader cannot do its work without keeping the
+	# cores busy, nor yield them sooner than an idle-priority task does, so
+	# what this does to the p99 on this machine, any reader does at least.
+	local idle_p99=fail idle_e2e=fail loops=() l
+	log "$name: produce beside $(nproc) idle-priority busy loops (${idle_prio[*]}): producing $tail_rate records/s for $tail_duration, a tailing consumer beside"
+	tail_consumer_start "$name" idle-tail "$brokers" "$topic"
+	for _ in $(seq "$(nproc)"); do
+		bg_start $((tail_s + 150)) /dev/null /dev/null "${idle_prio[@]}" sh -c 'while :; do :; done'
+		loops+=("$bg_pid")
+	done
+	rate_produce "$name" idle "$brokers" "$topic"
+	bg_wait "$bg_pid"
+	rc=$?
+	for l in "${loops[@]}"; do bg_stop "$l" 1; done
+	if parse_produce "$work/$name-idle-produce.out"; then
+		idle_p99=$p_p99
+		((p_errors == 0)) || note "$name" "producer beside idle-priority load: $p_errors errors"
+	else
+		note "$name" "producer beside idle-priority load failed (exit $rc): $(tail -1 "$work/$name-idle-produce.err" | cut -c1-100)"
+		ok=0
+	fi
+	tail_consumer_result "$name" idle-tail || ok=0
+	idle_e2e=$t_e2e
+	log "$name: beside idle-priority load: producer p99 $idle_p99 ms; tail e2e p50/p99 $idle_e2e ms"
+	rd_idle[$name]="$idle_p99 $idle_e2e"
 	is_quire "$name" && rd_rss[$name]=$(vmhwm)
 
 	# Single partition: RECORDS_SINGLE records at max rate, then a cold catch-up.
@@ -915,7 +952,7 @@ ratio() {
 if ((read_phase_on)); then
 	echo
 	echo "Read phase: each configuration's topic after its produce phase (backlog: its records, warm-up included) of $record_size B in $partitions partitions, read from earliest by a fresh consumer without group; page cache dropped: $caches_dropped"
-	echo "  tail: consumer from latest while producing $tail_rate records/s for $tail_duration; with catch-up: the same producer and tailing consumer while a reader reads the backlog from earliest (page cache dropped first; reader MB/s over the seconds it read, done = whole backlog)"
+	echo "  tail: consumer from latest while producing $tail_rate records/s for $tail_duration; with catch-up: the same producer and tailing consumer while a reader reads the backlog from earliest (page cache dropped first; reader MB/s over the seconds it read, done = whole backlog); idle-priority busy loops: the same beside $(nproc) busy loops (${idle_prio[*]}), no reader"
 	printf '%-38s %9s %10s %10s %19s %19s %25s %15s %16s\n' "system / config" "backlog" "cold MB/s" "warm MB/s" \
 		"tail e2e p50/p99 ms" "same, with catch-up" "produce p99 ms alone/with" "rec/s with" "reader MB/s"
 	for c in $configs; do
@@ -941,10 +978,11 @@ if ((read_phase_on)); then
 		[[ -n ${rd_backlog[$c]:-} ]] || continue
 		read -r e2e tp99 <<<"${rd_tail[$c]:-fail fail}"
 		read -r _ wp99 _ we2e <<<"${rd_with[$c]:-fail fail fail fail}"
-		echo "${rlabel[$c]}: with a catch-up reader / without (lower is better): produce p99 $(ratio "$wp99" "$tp99"), tailing e2e p99 $(ratio "${we2e#*/}" "${e2e#*/}")"
+		read -r ip99 ie2e <<<"${rd_idle[$c]:-fail fail}"
+		echo "${rlabel[$c]}: with a catch-up reader / without (lower is better): produce p99 $(ratio "$wp99" "$tp99"), tailing e2e p99 $(ratio "${we2e#*/}" "${e2e#*/}"); beside idle-priority busy loops / without (any reader's floor here): produce p99 $(ratio "$ip99" "$tp99"), tailing e2e p99 $(ratio "${ie2e#*/}" "${e2e#*/}")"
 	done
 	for c in $configs; do
-		[[ -n ${rd_rss[$c]:-} ]] && echo "Quire standalone peak RSS (VmHWM) over the read phase of $c, steps 1-4 after its restart: ${rd_rss[$c]} MiB"
+		[[ -n ${rd_rss[$c]:-} ]] && echo "Quire standalone peak RSS (VmHWM) over the read phase of $c, steps 1-5 after its restart: ${rd_rss[$c]} MiB"
 	done
 	if ((single)); then
 		echo
