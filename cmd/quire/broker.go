@@ -20,6 +20,7 @@ import (
 	"quire/internal/broker"
 	"quire/internal/kafka"
 	"quire/internal/ledger/ledgerclient"
+	"quire/internal/lowprio"
 	"quire/internal/meta"
 	"quire/internal/partition"
 	"quire/internal/pulsar"
@@ -58,7 +59,10 @@ type brokerFlags struct {
 	registerer        prometheus.Registerer // nil: prometheus.DefaultRegisterer
 	// localBookies are the bookies of this process (the standalone's), by
 	// address: the broker's ranged reads go to them directly.
-	localBookies     map[string]client.LocalBookie
+	localBookies map[string]client.LocalBookie
+	// bulk is the standalone's pool of low-priority threads for catch-up
+	// reads (nil: none).
+	bulk             *lowprio.Pool
 	pulsarMaxMessage int
 	pulsarKeyRing    bool
 }
@@ -180,7 +184,7 @@ func (b *brokerFlags) start(ctx context.Context, store meta.Store, httpAddr stri
 	}
 	ledgers := ledgerclient.New(ledgerclient.Config{Store: store, Bookies: bookies, Name: "broker", Logger: log, Mutants: mutants})
 	br, err := broker.Start(ctx, broker.Config{
-		Store: store, Ledgers: ledgers, ID: b.id, KafkaListener: ln, KafkaAdvertised: kafkaAdvertised,
+		Store: store, Ledgers: ledgers, Bulk: b.bulk, ID: b.id, KafkaListener: ln, KafkaAdvertised: kafkaAdvertised,
 		KafkaExtraListeners: extraKafka,
 		HTTPAddr:            httpAddr, Zone: b.zone, Namespace: b.namespace, AutoCreateTopics: b.autoCreateTopics,
 		DefaultPartitions: b.defaultPartitions, MaxMessageBytes: b.maxMessageBytes, SessionTTL: b.sessionTTL,

@@ -3,6 +3,8 @@ package bookie
 import (
 	"sync/atomic"
 	"time"
+
+	"quire/internal/lowprio"
 )
 
 // ReadGate gives adds priority over range reads for the CPUs.
@@ -29,6 +31,21 @@ type ReadGate struct {
 	quiet   int64         // nanoseconds after an add during which reads are gated
 	lastAdd atomic.Int64  // unix nanoseconds of the last add noted
 	now     func() time.Time
+	bulk    *lowprio.Pool // where gated reads run, if set
+}
+
+// SetBulk makes range reads admitted while adds arrive run on the pool's
+// low-priority threads.
+func (g *ReadGate) SetBulk(p *lowprio.Pool) { g.bulk = p }
+
+// run runs a range read's reads and parsing: on the bulk pool while adds
+// arrive, else on the caller's goroutine.
+func (g *ReadGate) run(fn func()) {
+	if g == nil || g.bulk == nil || !g.gated() {
+		fn()
+		return
+	}
+	g.bulk.Do(fn)
 }
 
 // Default read-gate settings (NewReadGate with zeroes).

@@ -209,6 +209,13 @@ func (e *Engine) rangeFromLogs(rr *rangeRead, next int64) (int64, error) {
 	}
 	defer leave()
 	var n int64
+	e.readGate.run(func() { n, err = e.readSpans(rr, next, locs) })
+	return n, err
+}
+
+// readSpans reads the records at locs, entries next onwards, into rr.
+func (e *Engine) readSpans(rr *rangeRead, next int64, locs []location) (int64, error) {
+	var n int64
 	for i := 0; i < len(locs); {
 		j, end := spanEnd(locs, i) // a span: records that follow each other in one log
 		e.counters.entryLogReads.Add(1)

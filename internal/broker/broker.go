@@ -23,6 +23,7 @@ import (
 	"quire/internal/catalog"
 	"quire/internal/kafka"
 	"quire/internal/ledger/ledgerclient"
+	"quire/internal/lowprio"
 	"quire/internal/meta"
 	"quire/internal/mlog/mlogclient"
 	"quire/internal/ownership"
@@ -33,6 +34,9 @@ import (
 type Config struct {
 	Store   meta.Store
 	Ledgers *ledgerclient.Client
+	// Bulk, if set, runs catch-up readers' large fetch responses' writes on
+	// its low-priority threads.
+	Bulk *lowprio.Pool
 	// ID is the broker id (0: allocate one). KafkaAdvertised is the
 	// host:port clients are told (default: the listener's address).
 	ID              int32
@@ -398,7 +402,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	front, err := kafka.New(kafka.Config{Backend: b, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		MaxQueuedRequestBytes: cfg.KafkaMaxQueuedRequestBytes, MaxConnRequestBytes: cfg.KafkaMaxConnRequestBytes,
-		Quotas: b.quotas, MaxConnectionsPerIP: cfg.KafkaMaxConnectionsPerIP})
+		Quotas: b.quotas, MaxConnectionsPerIP: cfg.KafkaMaxConnectionsPerIP, Bulk: cfg.Bulk})
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("server: %w", err)

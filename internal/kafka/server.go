@@ -56,6 +56,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"quire/internal/auth"
+	"quire/internal/lowprio"
 	"quire/internal/quota"
 )
 
@@ -79,6 +80,9 @@ var ErrServerClosed = errors.New("kafka: server closed")
 // Config configures a Server.
 type Config struct {
 	Backend Backend
+	// Bulk, if set, writes responses of bulkResponseBytes or more on its
+	// low-priority threads.
+	Bulk *lowprio.Pool
 	// Addr is where ListenAndServe listens (host:port).
 	Addr   string
 	Logger *slog.Logger // nil: slog.Default()
@@ -118,6 +122,7 @@ type Config struct {
 // Server serves the Kafka protocol from a Backend.
 type Server struct {
 	backend Backend
+	bulk    *lowprio.Pool // Config.Bulk
 	log     *slog.Logger
 	metrics *metrics
 	// versions is what a listener without Security advertises; a
@@ -161,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		backend:        cfg.Backend,
+		bulk:           cfg.Bulk,
 		log:            cfg.Logger,
 		maxFrameBytes:  cfg.MaxFrameBytes,
 		maxConnections: cfg.MaxConnections,
@@ -1034,7 +1040,7 @@ func (c *conn) writeLoop() {
 		}
 		if pieces != nil {
 			// bw is empty: it is flushed after every response.
-			if _, err := (*net.Buffers)(&pieces).WriteTo(c.nc); err != nil {
+			if err := c.writePieces(pieces); err != nil {
 				c.abort()
 			}
 			if cap(buf) > 1<<20 {
@@ -1062,6 +1068,31 @@ func (c *conn) writeLoop() {
 	if c.ctx.Err() == nil {
 		_ = bw.Flush()
 	}
+}
+
+// bulkResponseBytes is the size from which a response's write is bulk
+// work (Config.Bulk): a catch-up reader's fetches.
+const bulkResponseBytes = 1 << 20
+
+// writePieces writes a response given as pieces, a large one on the bulk
+// pool's threads.
+func (c *conn) writePieces(pieces [][]byte) error {
+	bufs := net.Buffers(pieces)
+	if c.s.bulk == nil {
+		_, err := bufs.WriteTo(c.nc)
+		return err
+	}
+	var n int
+	for _, p := range pieces {
+		n += len(p)
+	}
+	if n < bulkResponseBytes {
+		_, err := bufs.WriteTo(c.nc)
+		return err
+	}
+	var err error
+	c.s.bulk.Do(func() { _, err = bufs.WriteTo(c.nc) })
+	return err
 }
 
 // errorCode maps a Backend error to a wire code, logging what is not a
