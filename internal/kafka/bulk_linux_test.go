@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"bytes"
+	"io"
 	"net"
 	"testing"
+	"time"
 
 	"quire/internal/lowprio"
 )
@@ -14,6 +16,8 @@ type niceConn struct {
 	buf   bytes.Buffer
 	nices []int
 }
+
+func (c *niceConn) SetWriteDeadline(time.Time) error { return nil }
 
 func (c *niceConn) Write(p []byte) (int, error) {
 	nice, err := lowprio.CurrentNice()
@@ -70,5 +74,45 @@ func TestLargeResponsesAreWrittenAsBulk(t *testing.T) {
 		if n == lowprio.Nice {
 			t.Fatal("written at the pool's nice without a pool")
 		}
+	}
+}
+
+// A client that does not read keeps a large response's write on the bulk
+// pool for at most bulkWriteWait: the rest waits for it on the connection's
+// own goroutine, and the pool's one thread is free for other work meanwhile.
+func TestSlowReaderDoesNotHoldTheBulkPool(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+
+	pool := lowprio.New(1)
+	defer pool.Close()
+	c := &conn{s: &Server{bulk: pool}, nc: server}
+	const size = 64 << 20 // far more than the sockets' buffers hold
+	payload := bytes.Repeat([]byte{7}, size)
+	written := make(chan error, 1)
+	go func() { written <- c.writePieces([][]byte{payload[:size/2], payload[size/2:]}) }()
+
+	// The client reads nothing until the pool has run another job: Do
+	// returns only once the pool's one thread is free of the write.
+	pool.Do(func() {})
+	n, err := io.Copy(io.Discard, io.LimitReader(client, size))
+	if err != nil || n != size {
+		t.Fatalf("client read %d of %d bytes: %v", n, size, err)
+	}
+	if err := <-written; err != nil {
+		t.Fatalf("write: %v", err)
 	}
 }
