@@ -603,6 +603,19 @@ rate_produce() {
 		--rate "$tail_rate" --duration "$d" --warm-up 0s
 }
 
+# produce_outcome NAME STEP WHAT RC: parses the output of step STEP's
+# rate_produce (parse_produce: p_rs, p_p99, p_errors), noting WHAT's errors,
+# or its failure with exit status RC; returns 1 if it gave no result.
+produce_outcome() {
+	local name=$1 step=$2 what=$3 rc=$4
+	if parse_produce "$work/$name-$step-produce.out"; then
+		((p_errors == 0)) || note "$name" "$what: $p_errors errors"
+		return 0
+	fi
+	note "$name" "$what failed (exit $rc): $(tail -1 "$work/$name-$step-produce.err" | cut -c1-100)"
+	return 1
+}
+
 # vmhwm: the standalone process's peak resident set (VmHWM), in MiB.
 vmhwm() {
 	local kb
@@ -727,11 +740,9 @@ read_phase() {
 	bg_wait "$bg_pid"
 	rc=$?
 	local tail_p99=fail tail_e2e="fail"
-	if parse_produce "$work/$name-tail-produce.out"; then
+	if produce_outcome "$name" tail "tail producer" "$rc"; then
 		tail_p99=$p_p99
-		((p_errors == 0)) || note "$name" "tail producer: $p_errors errors"
 	else
-		note "$name" "tail producer failed (exit $rc): $(tail -1 "$work/$name-tail-produce.err" | cut -c1-100)"
 		ok=0
 	fi
 	tail_consumer_result "$name" tail || ok=0
@@ -758,11 +769,9 @@ read_phase() {
 		bg_wait "$bg_pid"
 		rc=$?
 		stop_or_wait "$cpid"
-		if parse_produce "$work/$name-with-produce.out"; then
+		if produce_outcome "$name" with "producer with catch-up" "$rc"; then
 			with_rs=$p_rs with_p99=$p_p99
-			((p_errors == 0)) || note "$name" "producer with catch-up: $p_errors errors"
 		else
-			note "$name" "producer with catch-up failed (exit $rc): $(tail -1 "$work/$name-with-produce.err" | cut -c1-100)"
 			ok=0
 		fi
 		if parse_consume "$work/$name-with-consume.out"; then
@@ -798,11 +807,9 @@ read_phase() {
 	bg_wait "$bg_pid"
 	rc=$?
 	for l in "${loops[@]}"; do bg_stop "$l" 1; done
-	if parse_produce "$work/$name-idle-produce.out"; then
+	if produce_outcome "$name" idle "producer beside idle-priority load" "$rc"; then
 		idle_p99=$p_p99
-		((p_errors == 0)) || note "$name" "producer beside idle-priority load: $p_errors errors"
 	else
-		note "$name" "producer beside idle-priority load failed (exit $rc): $(tail -1 "$work/$name-idle-produce.err" | cut -c1-100)"
 		ok=0
 	fi
 	tail_consumer_result "$name" idle-tail || ok=0
