@@ -96,8 +96,8 @@ type Partition struct {
 	failed    error
 	queue     []*pending
 	wake      chan struct{}
-	firsts    map[int64]int64 // segment → base offset of its first batch
-	hints     map[int64]Pos   // next offset → position, after sequential reads
+	firsts    map[int64]int64    // segment → base offset of its first batch
+	hints     map[int64]readHint // next offset → where it is, after sequential reads
 	// rewrites: the log's Rewrites when index and hints were built; they
 	// are dropped when it changes (a compaction renumbered positions).
 	rewrites uint64
@@ -106,11 +106,8 @@ type Partition struct {
 	compactedSegs map[int64]bool
 	maxTs         int64
 	maxTsOff      int64
-	// readAvg is a running average of the sizes of the entries reads
-	// returned, to size the next read (see readAt). Not the appends': a
-	// reader behind the tail reads entries written at another rate (a
-	// backlog of large batches while a slow producer appends small ones),
-	// and every entry asked for and in no cache is read from the bookies.
+	// readAvg is the average size of the entries the last read returned:
+	// it bounds the first request of the next read (see readAt).
 	readAvg int64
 	closing bool
 	// refreshing: a background RefreshStart is running (at most one).
@@ -154,7 +151,7 @@ func Open(ctx context.Context, cfg Config) (*Partition, error) {
 	p := &Partition{
 		cfg: cfg, log: cfg.Logger.With("partition", cfg.Name),
 		producers: newProducers(), txns: newTxnTracker(), hwCh: make(chan struct{}), wake: make(chan struct{}, 1),
-		firsts: map[int64]int64{}, hints: map[int64]Pos{}, maxTs: -1, maxTsOff: -1,
+		firsts: map[int64]int64{}, hints: map[int64]readHint{}, maxTs: -1, maxTsOff: -1,
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	if err := p.load(ctx); err != nil {
@@ -730,8 +727,8 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 		clear(p.hints)
 		clear(p.firsts)
 	}
-	pos, found := p.locateIndexed(offset)
-	avg := p.readAvg
+	pos, hinted, found := p.locateIndexed(offset)
+	lastAvg := p.readAvg
 	p.mu.Unlock()
 	if !found {
 		var err error
@@ -745,15 +742,26 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 	var total int32
 	var lastBatch Batch
 	var lastPos Pos
+	// Every entry asked for that is in no cache is read from the bookies,
+	// wanted or not, so each request asks for as many entries as the bytes
+	// still wanted hold at the size of the entries found there: those this
+	// read has returned so far, or, for its first request, those the read
+	// this one goes on from returned (a sequential reader's previous read:
+	// its hint). Without one, the first request asks for at most
+	// unknownSizeEntries. The partition's last read (readAvg) only lowers
+	// that: it may have been another reader's at another place in the log —
+	// a tailing consumer's small batches while this one replays a backlog
+	// of large ones. Sized by it, a catch-up read of 1 MiB asked the bookies
+	// for 27 MiB beside a tailing consumer.
+	n := unknownSizeEntries
+	switch {
+	case hinted > 0:
+		n = entriesFor(int64(maxBytes), hinted)
+	case lastAvg > 0:
+		n = min(entriesFor(int64(maxBytes), lastAvg), unknownSizeEntries)
+	}
+	var readBytes, readEntries int64
 	for total < maxBytes || total == 0 {
-		// As many entries as the bytes still wanted hold at the average
-		// size of the entries read so far; a few when it is not known yet
-		// (nothing read since the partition was loaded): every entry asked
-		// for that is in no cache is read from the bookies, wanted or not.
-		n := unknownSizeEntries
-		if avg > 0 {
-			n = int(min(max(int64(maxBytes-total)/max(avg, 64)+1, 1), 1024))
-		}
 		es, err := p.cfg.Log.Read(ctx, pos, n)
 		if p.logRewrites() != gen {
 			// Read (or located) before a compaction swap and perhaps
@@ -772,17 +780,12 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 		if len(es) == 0 {
 			break
 		}
-		need := 0
 		for _, e := range es {
-			need += len(e.Payload)
+			readBytes += int64(len(e.Payload))
 		}
-		if avg == 0 {
-			avg = int64(need / len(es))
-		} else {
-			avg = (avg*3 + int64(need/len(es))) / 4
-		}
+		readEntries += int64(len(es))
 		p.mu.Lock()
-		p.readAvg = avg
+		p.readAvg = readBytes / readEntries
 		p.mu.Unlock()
 		full := false
 		for _, e := range es {
@@ -816,6 +819,7 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 		}
 		last := es[len(es)-1].Pos
 		pos = Pos{Segment: last.Segment, Entry: last.Entry + 1}
+		n = entriesFor(int64(maxBytes-total), readBytes/readEntries)
 	}
 	if total > 0 {
 		p.mu.Lock()
@@ -823,31 +827,46 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 			clear(p.hints)
 		}
 		if p.rewrites == gen {
-			p.hints[lastBatch.LastOffset()+1] = Pos{Segment: lastPos.Segment, Entry: lastPos.Entry + 1}
+			p.hints[lastBatch.LastOffset()+1] = readHint{Pos{Segment: lastPos.Segment, Entry: lastPos.Entry + 1}, readBytes / readEntries}
 		}
 		p.mu.Unlock()
 	}
 	return false, nil
 }
 
-// unknownSizeEntries is how many entries a read asks for before the
-// partition knows how large its entries are.
+// unknownSizeEntries is how many entries a read asks for before it knows
+// how large the entries it reads are.
 const unknownSizeEntries = 8
 
+// entriesFor is how many entries of avg bytes a request asks for to
+// return bytes: one more than fit, so that the request reaches the bytes
+// wanted (at least one entry, at most 1024).
+func entriesFor(bytes, avg int64) int {
+	return int(min(max(bytes/max(avg, 64)+1, 1), 1024))
+}
+
 // locateIndexed finds the entry holding offset from the in-memory index or
-// the hints of sequential readers; mu held.
-func (p *Partition) locateIndexed(offset int64) (Pos, bool) {
-	if pos, ok := p.hints[offset]; ok {
-		return pos, true
+// the hints of sequential readers (with a hint, avg is the average size of
+// the entries that reader's last read returned; else 0); mu held.
+func (p *Partition) locateIndexed(offset int64) (pos Pos, avg int64, ok bool) {
+	if h, ok := p.hints[offset]; ok {
+		return h.pos, h.avg, true
 	}
 	if len(p.index) == 0 || offset < p.index[0].base {
-		return Pos{}, false
+		return Pos{}, 0, false
 	}
 	i := sort.Search(len(p.index), func(i int) bool { return p.index[i].last >= offset })
 	if i == len(p.index) {
-		return Pos{}, false
+		return Pos{}, 0, false
 	}
-	return p.index[i].pos, true
+	return p.index[i].pos, 0, true
+}
+
+// readHint is where a sequential reader's next read starts, and the
+// average size of the entries its last read returned.
+type readHint struct {
+	pos Pos
+	avg int64
 }
 
 // locateLog finds the entry holding offset by binary search over the log:
