@@ -363,14 +363,6 @@ func (l *entryLogs) readSpan(id uint64, offset, length int64) ([]byte, error) {
 	return buf, nil
 }
 
-// adviseWillNeed has the kernel start reading length bytes at offset of
-// log id into the page cache (adviseWillNeed): a hint, errors ignored.
-func (l *entryLogs) adviseWillNeed(id uint64, offset, length int64) {
-	if f, err := l.reader(id); err == nil {
-		adviseWillNeed(f, offset, length)
-	}
-}
-
 // maxReadRequest bounds one read of an entry log. The readers have no
 // kernel read-ahead (adviseNoReadAhead), so a read of n bytes that misses
 // the page cache goes to the disk as requests of up to n bytes (split at the

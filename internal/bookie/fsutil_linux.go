@@ -15,16 +15,6 @@ func dropCachedPages(f vfs.File, offset, length int64) {
 	}
 }
 
-// adviseWillNeed asks the kernel to start reading f's [offset,
-// offset+length) into the page cache without waiting for it: a range read
-// about to wait at the ReadGate gets its disk reads going meanwhile. A
-// hint: errors are ignored.
-func adviseWillNeed(f vfs.File, offset, length int64) {
-	if fd := f.Fd(); fd != vfs.InvalidFd {
-		_ = unix.Fadvise(int(fd), offset, length, unix.FADV_WILLNEED)
-	}
-}
-
 // adviseNoReadAhead tells the kernel not to read ahead of f's reads: the
 // engine reads entry logs in spans it sized itself (a range, a read-ahead
 // window), and the kernel's own read-ahead past them — up to read_ahead_kb,

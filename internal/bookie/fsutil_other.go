@@ -9,6 +9,3 @@ func dropCachedPages(vfs.File, int64, int64) {}
 
 // adviseNoReadAhead is a no-op where posix_fadvise is not available.
 func adviseNoReadAhead(vfs.File) {}
-
-// adviseWillNeed is a no-op where posix_fadvise is not available.
-func adviseWillNeed(vfs.File, int64, int64) {}

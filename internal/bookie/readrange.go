@@ -194,17 +194,14 @@ func (e *Engine) rangeFromLogs(rr *rangeRead, next int64) (int64, error) {
 	}
 	e.counters.readCacheMisses.Add(uint64(len(locs)))
 	e.metrics.readCacheMisses.Add(float64(len(locs)))
-	// The reads and the parsing are what the ReadGate admits; a range that
-	// has to wait for it gets the kernel reading its spans meanwhile.
+	// The reads and the parsing are what the ReadGate admits. A range that
+	// has to wait for it does not have the kernel read its spans ahead
+	// meanwhile (FADV_WILLNEED): that queued megabytes of reads in front of
+	// the journals' fsyncs, and let the reader outrun what the gate admits.
 	leave, ok := e.readGate.tryEnter()
 	if !ok {
 		e.counters.readGateWaits.Add(1)
 		e.metrics.readGateWaits.Inc()
-		for i := 0; i < len(locs); {
-			j, end := spanEnd(locs, i)
-			e.logs.adviseWillNeed(locs[i].logID, locs[i].offset, end-locs[i].offset)
-			i = j
-		}
 		leave = e.readGate.enter()
 	}
 	defer leave()
