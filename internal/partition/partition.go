@@ -752,11 +752,14 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 	// that: it may have been another reader's at another place in the log —
 	// a tailing consumer's small batches while this one replays a backlog
 	// of large ones. Sized by it, a catch-up read of 1 MiB asked the bookies
-	// for 27 MiB beside a tailing consumer.
+	// for 27 MiB beside a tailing consumer. Even the reader's own batches
+	// may have grown since its last read (a producer that went from a
+	// trickle to a flood), so a first request asks for at most
+	// firstRequestEntries: what it can read and not use is bounded.
 	n := unknownSizeEntries
 	switch {
 	case hinted > 0:
-		n = entriesFor(int64(maxBytes), hinted)
+		n = min(entriesFor(int64(maxBytes), hinted), firstRequestEntries)
 	case lastAvg > 0:
 		n = min(entriesFor(int64(maxBytes), lastAvg), unknownSizeEntries)
 	}
@@ -837,6 +840,9 @@ func (p *Partition) readAt(ctx context.Context, offset int64, maxBytes int32, re
 // unknownSizeEntries is how many entries a read asks for before it knows
 // how large the entries it reads are.
 const unknownSizeEntries = 8
+
+// firstRequestEntries bounds the first request of a read that has a hint.
+const firstRequestEntries = 64
 
 // entriesFor is how many entries of avg bytes a request asks for to
 // return bytes: one more than fit, so that the request reaches the bytes

@@ -773,9 +773,10 @@ func TestTailStartBoundedByBytes(t *testing.T) {
 }
 
 // replayLarge appends large batches and then small ones, and reads the
-// large ones from the first, four batches' bytes at a time, with a tailing reader's read of the last small
-// ones before each read if tail is set, and fails unless the replay asked
-// the log for about as many entries as it used (at most two more a read).
+// large ones from the first, four batches' bytes at a time, with a tailing
+// reader's read of the last small ones before each read if tail is set,
+// and fails unless the replay asked the log for about as many entries as
+// it used (at most two more a read).
 func replayLarge(t *testing.T, tail bool) {
 	t.Helper()
 	const large, small = 40, 400 // batches of 500 records, then of 1
@@ -839,6 +840,54 @@ func TestCatchUpReadsAskForWhatTheyUse(t *testing.T) { replayLarge(t, false) }
 // (on the standalone, a catch-up reader beside a tailing consumer had the
 // bookies read 8.8 GB in 14 s to return 0.5 GB).
 func TestCatchUpReadsBesideATailingReader(t *testing.T) { replayLarge(t, true) }
+
+// TestReadIntoLargerBatchesAsksForFew: a reader going from a stretch of
+// small batches (a producer's trickle) into large ones (its flood) sizes
+// its first request by the small ones it read last; that request asks for
+// at most firstRequestEntries, so no read asks the log for many more
+// entries than it uses. Without the bound the read that crossed asked for
+// 128 it did not use here (with batches of a megabyte, 128 MiB read from
+// the bookies and dropped).
+func TestReadIntoLargerBatchesAsksForFew(t *testing.T) {
+	const small, large = 1000, 200 // batches of 1 record, then of 2,000
+	l := newMemLog()
+	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
+	p := openTest(t, l, store, nil)
+	for i := range small {
+		appendOK(t, p, mkBatch(-1, -1, -1, 1, int64(i)))
+	}
+	for i := range large {
+		appendOK(t, p, mkBatch(-1, -1, -1, 2000, int64(small+i)))
+	}
+	res, err := p.Read(context.Background(), small, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := 4 * int32(len(res.Bytes())) // four large batches
+	worst := 0
+	for from := int64(0); from < small+large*2000; {
+		l.mu.Lock()
+		before := l.returned
+		l.mu.Unlock()
+		res, err := p.Read(context.Background(), from, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs, err := SplitBatches(res.Bytes())
+		if err != nil || len(bs) == 0 {
+			t.Fatalf("read at %d: %d batches, %v", from, len(bs), err)
+		}
+		l.mu.Lock()
+		worst = max(worst, l.returned-before-len(bs))
+		l.mu.Unlock()
+		b, _ := ParseBatch(bs[len(bs)-1])
+		from = b.LastOffset() + 1
+	}
+	t.Logf("the most entries one read asked for and did not use: %d", worst)
+	if worst > firstRequestEntries {
+		t.Fatalf("a read asked the log for %d entries it did not use", worst)
+	}
+}
 
 // TestLoadScanForgetsItsReadAhead: the scan of the tail when a partition
 // is loaded reads like a consumer behind the tail; it tells the log to
