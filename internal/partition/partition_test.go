@@ -772,6 +772,55 @@ func TestTailStartBoundedByBytes(t *testing.T) {
 	}
 }
 
+// batchRuns opens a partition on a memLog and appends runs of batches,
+// each run {how many batches, records per batch}.
+func batchRuns(t *testing.T, runs ...[2]int) (*memLog, *Partition) {
+	t.Helper()
+	l := newMemLog()
+	p := openTest(t, l, meta.NewMemServer(meta.MemConfig{}).NewClient(), nil)
+	seq := int64(0)
+	for _, r := range runs {
+		for range r[0] {
+			appendOK(t, p, mkBatch(-1, -1, -1, r[1], seq))
+			seq++
+		}
+	}
+	return l, p
+}
+
+// batchBytes is the size of the batch holding offset.
+func batchBytes(t *testing.T, p *Partition, offset int64) int32 {
+	t.Helper()
+	res, err := p.Read(context.Background(), offset, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int32(len(res.Bytes()))
+}
+
+// measuredRead reads from offset up to limit bytes and returns how many
+// entries it asked the log for, how many batches it returned, and the
+// offset after them.
+func measuredRead(t *testing.T, l *memLog, p *Partition, from int64, limit int32) (asked, used int, next int64) {
+	t.Helper()
+	l.mu.Lock()
+	before := l.returned
+	l.mu.Unlock()
+	res, err := p.Read(context.Background(), from, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	asked = l.returned - before
+	l.mu.Unlock()
+	bs, err := SplitBatches(res.Bytes())
+	if err != nil || len(bs) == 0 {
+		t.Fatalf("read at %d: %d batches, %v", from, len(bs), err)
+	}
+	b, _ := ParseBatch(bs[len(bs)-1])
+	return asked, len(bs), b.LastOffset() + 1
+}
+
 // replayLarge appends large batches and then small ones, and reads the
 // large ones from the first, four batches' bytes at a time, with a tailing
 // reader's read of the last small ones before each read if tail is set,
@@ -780,25 +829,8 @@ func TestTailStartBoundedByBytes(t *testing.T) {
 func replayLarge(t *testing.T, tail bool) {
 	t.Helper()
 	const large, small = 40, 400 // batches of 500 records, then of 1
-	l := newMemLog()
-	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
-	p := openTest(t, l, store, nil)
-	for i := range large {
-		appendOK(t, p, mkBatch(-1, -1, -1, 500, int64(i)))
-	}
-	for i := range small {
-		appendOK(t, p, mkBatch(-1, -1, -1, 1, int64(large+i)))
-	}
-	res, err := p.Read(context.Background(), 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch := int32(len(res.Bytes())) // one large batch
-	returned := func() int {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.returned
-	}
+	l, p := batchRuns(t, [2]int{large, 500}, [2]int{small, 1})
+	batch := batchBytes(t, p, 0) // one large batch
 	asked, used, reads := 0, 0, 0
 	for from := int64(0); from < large*500; reads++ {
 		if tail {
@@ -807,19 +839,8 @@ func replayLarge(t *testing.T, tail bool) {
 				t.Fatal(err)
 			}
 		}
-		before := returned()
-		res, err := p.Read(context.Background(), from, 4*batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		asked += returned() - before
-		bs, err := SplitBatches(res.Bytes())
-		if err != nil || len(bs) == 0 {
-			t.Fatalf("read at %d: %d batches, %v", from, len(bs), err)
-		}
-		used += len(bs)
-		b, _ := ParseBatch(bs[len(bs)-1])
-		from = b.LastOffset() + 1
+		a, u, next := measuredRead(t, l, p, from, 4*batch)
+		asked, used, from = asked+a, used+u, next
 	}
 	t.Logf("%d reads used %d entries and asked the log for %d", reads, used, asked)
 	if asked > used+2*reads {
@@ -850,38 +871,12 @@ func TestCatchUpReadsBesideATailingReader(t *testing.T) { replayLarge(t, true) }
 // the bookies and dropped).
 func TestReadIntoLargerBatchesAsksForFew(t *testing.T) {
 	const small, large = 1000, 200 // batches of 1 record, then of 2,000
-	l := newMemLog()
-	store := meta.NewMemServer(meta.MemConfig{}).NewClient()
-	p := openTest(t, l, store, nil)
-	for i := range small {
-		appendOK(t, p, mkBatch(-1, -1, -1, 1, int64(i)))
-	}
-	for i := range large {
-		appendOK(t, p, mkBatch(-1, -1, -1, 2000, int64(small+i)))
-	}
-	res, err := p.Read(context.Background(), small, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	limit := 4 * int32(len(res.Bytes())) // four large batches
+	l, p := batchRuns(t, [2]int{small, 1}, [2]int{large, 2000})
+	limit := 4 * batchBytes(t, p, small) // four large batches
 	worst := 0
 	for from := int64(0); from < small+large*2000; {
-		l.mu.Lock()
-		before := l.returned
-		l.mu.Unlock()
-		res, err := p.Read(context.Background(), from, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bs, err := SplitBatches(res.Bytes())
-		if err != nil || len(bs) == 0 {
-			t.Fatalf("read at %d: %d batches, %v", from, len(bs), err)
-		}
-		l.mu.Lock()
-		worst = max(worst, l.returned-before-len(bs))
-		l.mu.Unlock()
-		b, _ := ParseBatch(bs[len(bs)-1])
-		from = b.LastOffset() + 1
+		asked, used, next := measuredRead(t, l, p, from, limit)
+		worst, from = max(worst, asked-used), next
 	}
 	t.Logf("the most entries one read asked for and did not use: %d", worst)
 	if worst > firstRequestEntries {
