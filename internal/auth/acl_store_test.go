@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -132,18 +131,10 @@ func TestACLStoreEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an embedded etcd; run without -short")
 	}
-	port := func() int {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().(*net.TCPAddr).Port
-	}
 	e, err := meta.StartEmbedded(meta.EmbedConfig{
 		DataDir:   t.TempDir(),
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", port()),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", port()),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
 	})
 	if err != nil {
 		t.Fatal(err)

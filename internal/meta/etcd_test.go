@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"quire/internal/testutil"
 )
 
 // ownerHelperEnv makes the test binary act as a separate owner process: it
@@ -48,16 +49,6 @@ func runOwnerHelper(spec string) int {
 	return 2
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // testEtcd is an embedded etcd member on free loopback ports in a temp dir.
 type testEtcd struct {
 	cfg      EmbedConfig
@@ -68,8 +59,8 @@ func startTestEtcd(t *testing.T) *testEtcd {
 	t.Helper()
 	te := &testEtcd{cfg: EmbedConfig{
 		DataDir:   t.TempDir(),
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
 	}}
 	te.start(t)
 	t.Cleanup(func() { te.embedded.Close() })

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"quire/internal/testutil"
 	"quire/internal/tlsconf"
 )
 
@@ -75,9 +76,9 @@ func TestEmbeddedClientTLS(t *testing.T) {
 		t.Skip("starts an embedded etcd; run without -short")
 	}
 	dir, other := testPKIs(t)
-	clientURL := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+	clientURL := fmt.Sprintf("https://127.0.0.1:%d", testutil.FreePort(t))
 	e, err := StartEmbedded(EmbedConfig{DataDir: t.TempDir(), ClientURL: clientURL,
-		PeerURL: fmt.Sprintf("https://127.0.0.1:%d", freePort(t)), ClientTLS: nodeFiles(dir, true), PeerTLS: nodeFiles(dir, true)})
+		PeerURL: fmt.Sprintf("https://127.0.0.1:%d", testutil.FreePort(t)), ClientTLS: nodeFiles(dir, true), PeerTLS: nodeFiles(dir, true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +150,8 @@ func TestEmbeddedPeerTLS(t *testing.T) {
 		peers, clients := make([]string, n), make([]string, n)
 		var initial []string
 		for i := range n {
-			peers[i] = fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
-			clients[i] = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+			peers[i] = fmt.Sprintf("https://127.0.0.1:%d", testutil.FreePort(t))
+			clients[i] = fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t))
 			initial = append(initial, fmt.Sprintf("m%d=%s", i, peers[i]))
 		}
 		members, errs := make([]*Embedded, n), make([]error, n)

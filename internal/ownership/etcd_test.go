@@ -3,7 +3,6 @@ package ownership
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,16 +11,6 @@ import (
 	"quire/internal/meta"
 	"quire/internal/testutil"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // TestEtcdFailover runs two Clusters against a real (embedded) etcd: they
 // agree on lookups, and when one broker's session ends the other takes its
@@ -32,8 +21,8 @@ func TestEtcdFailover(t *testing.T) {
 	}
 	e, err := meta.StartEmbedded(meta.EmbedConfig{
 		DataDir:   t.TempDir(),
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)),
 	})
 	if err != nil {
 		t.Fatal(err)
