@@ -354,6 +354,9 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 		window /= 2
 	}
 	if window < 1 || reserve <= 0 {
+		// What is left of the budget holds no entry of this size: give
+		// back what was taken on the way down to it.
+		r.budget.give(reserve)
 		r.skipped.Add(1)
 		return fetchPlan{}, false
 	}

@@ -403,3 +403,32 @@ func TestMetadataCacheOpenLedgers(t *testing.T) {
 		t.Fatal("the newest record evicted")
 	}
 }
+
+// TestReadAheadSkipGivesItsBudgetBack: a fetch that does not fit what is
+// left of the broker's budget is skipped, and whatever budget it took on
+// the way down to that is given back. Entries of 200 KiB at 64 KiB left:
+// the window halved to no entry at a reservation that fit, and the
+// reservation was kept, so every skip leaked the budget's last bytes until
+// none was left: 16 partitions read at small fetch sizes held all 256 MiB
+// of it with no entry in any buffer, and every read went to the bookies.
+func TestReadAheadSkipGivesItsBudgetBack(t *testing.T) {
+	const size, left = 1 << 20, 64 << 10
+	budget := NewReadAheadBudget(size)
+	if !budget.tryTake(size - left) {
+		t.Fatal("budget")
+	}
+	r := newReadAhead(32<<20, budget)
+	r.avgEntry = 200 << 10
+	at := func(e int64) mlog.Position { return mlog.Position{LedgerID: 7, EntryID: e} }
+	for e := range int64(10) {
+		if plan, ok := r.observe(at(e), at(e), true, uint64(e+1)); ok {
+			t.Fatalf("read %d: a fetch of %d entries in %d bytes", e, plan.count, plan.reserve)
+		}
+	}
+	if got := budget.InUse(); got != size-left {
+		t.Fatalf("budget in use %d after skipped fetches, want %d", got, size-left)
+	}
+	if r.skipped.Load() == 0 {
+		t.Fatal("no fetch was skipped")
+	}
+}
