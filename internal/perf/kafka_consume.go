@@ -29,8 +29,13 @@ type ConsumeConfig struct {
 	Duration       time.Duration // 0 = no time limit
 	Records        int64         // 0 = no count limit
 	ConnectTimeout time.Duration
-	Progress       io.Writer
-	Out            io.Writer
+	// FetchMaxBytes and MaxPartitionFetchBytes are the consumer's
+	// fetch.max.bytes and max.partition.fetch.bytes (0: the client's
+	// defaults, 50 MiB and 1 MiB, as the Java consumer's).
+	FetchMaxBytes          int32
+	MaxPartitionFetchBytes int32
+	Progress               io.Writer
+	Out                    io.Writer
 }
 
 // RegisterConsumeFlags registers the `quire perf consume` flags on fs and
@@ -45,6 +50,8 @@ func RegisterConsumeFlags(fs *pflag.FlagSet) func() (ConsumeConfig, error) {
 	fs.DurationVar(&c.Duration, "duration", 60*time.Second, "how long to consume (0: no limit); ignored with --records unless also given")
 	fs.Int64Var(&c.Records, "records", 0, "stop after this many records (0: no limit)")
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", 30*time.Second, "bound on reaching the cluster and finding the topic")
+	fs.Int32Var(&c.FetchMaxBytes, "fetch-max-bytes", 0, "the consumer's fetch.max.bytes: bytes a fetch asks for over all partitions (0: 50 MiB)")
+	fs.Int32Var(&c.MaxPartitionFetchBytes, "max-partition-fetch-bytes", 0, "the consumer's max.partition.fetch.bytes: bytes a fetch asks for per partition (0: 1 MiB)")
 	return func() (ConsumeConfig, error) {
 		if c.Records > 0 && !fs.Changed("duration") {
 			c.Duration = 0
@@ -69,6 +76,8 @@ func (c *ConsumeConfig) Validate() error {
 		return errors.New("--duration and --records must not be negative")
 	case c.Duration == 0 && c.Records == 0:
 		return errors.New("one of --duration and --records must be set")
+	case c.FetchMaxBytes < 0 || c.MaxPartitionFetchBytes < 0:
+		return errors.New("--fetch-max-bytes and --max-partition-fetch-bytes must not be negative")
 	}
 	return nil
 }
@@ -84,6 +93,12 @@ func (c *ConsumeConfig) clientOpts() []kgo.Opt {
 	)
 	if c.Group != "" {
 		opts = append(opts, kgo.ConsumerGroup(c.Group))
+	}
+	if c.FetchMaxBytes > 0 {
+		opts = append(opts, kgo.FetchMaxBytes(c.FetchMaxBytes))
+	}
+	if c.MaxPartitionFetchBytes > 0 {
+		opts = append(opts, kgo.FetchMaxPartitionBytes(c.MaxPartitionFetchBytes))
 	}
 	return opts
 }

@@ -123,8 +123,15 @@ func TestConsumeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Group != "" || c.From != "earliest" || c.Duration != time.Minute || c.Records != 0 {
+	if c.Group != "" || c.From != "earliest" || c.Duration != time.Minute || c.Records != 0 || c.FetchMaxBytes != 0 || c.MaxPartitionFetchBytes != 0 {
 		t.Errorf("defaults: %+v", c)
+	}
+	c, err = parseConsume("--topic", "t", "--fetch-max-bytes", "1048576", "--max-partition-fetch-bytes", "65536")
+	if err != nil || c.FetchMaxBytes != 1<<20 || c.MaxPartitionFetchBytes != 64<<10 {
+		t.Errorf("fetch sizes: %v %+v", err, c)
+	}
+	if _, err := parseConsume("--topic", "t", "--max-partition-fetch-bytes", "-1"); err == nil {
+		t.Error("a negative --max-partition-fetch-bytes accepted")
 	}
 	c, err = parseConsume("--brokers", "x:1", "--topic", "t", "--group", "g", "--from", "latest", "--records", "10")
 	if err != nil || c.Group != "g" || c.From != "latest" || c.Records != 10 || c.Duration != 0 || c.Brokers[0] != "x:1" {
@@ -133,7 +140,7 @@ func TestConsumeFlags(t *testing.T) {
 	if _, err := parseConsume("--topic", "t", "--from", "middle"); err == nil {
 		t.Error("--from middle accepted")
 	}
-	for _, args := range [][]string{{"--topic", "t"}, {"--topic", "t", "--group", "g", "--from", "latest"}} {
+	for _, args := range [][]string{{"--topic", "t"}, {"--topic", "t", "--group", "g", "--from", "latest"}, {"--topic", "t", "--max-partition-fetch-bytes", "65536"}} {
 		c, _ := parseConsume(args...)
 		cl, err := newClientNoDial(c.clientOpts())
 		if err != nil {
