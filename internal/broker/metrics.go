@@ -19,6 +19,7 @@ type collector struct {
 	refused, writableBookies              *prometheus.Desc
 	inFlight, queuedTotal, busy           *prometheus.Desc
 	aheadHits, aheadFetched, aheadBytes   *prometheus.Desc
+	aheadSkipped                          *prometheus.Desc
 	aheadBudget, tailCache                *prometheus.Desc
 	compactRuns, compactFailures          *prometheus.Desc
 	compactReclaimed, dirtyRatio          *prometheus.Desc
@@ -43,6 +44,7 @@ func newCollector(b *Broker) *collector {
 		busy:             prometheus.NewDesc("quire_topic_appends_busy_total", "Appends refused because the topic's queue was full (never written; admitted appends never are).", l, nil),
 		aheadHits:        prometheus.NewDesc("quire_topic_read_ahead_hits_total", "Entries served to a reader behind the tail from the read-ahead (fetched from the bookies before the reader asked).", l, nil),
 		aheadFetched:     prometheus.NewDesc("quire_topic_read_ahead_fetched_total", "Entries fetched ahead for readers behind the tail.", l, nil),
+		aheadSkipped:     prometheus.NewDesc("quire_topic_read_ahead_skipped_total", "Read-ahead fetches (or fetched entries) not done for want of room: the topic's read-ahead bound or the broker's budget was reached.", l, nil),
 		aheadBytes:       prometheus.NewDesc("quire_topic_read_ahead_bytes", "Bytes the topic's read-ahead holds.", l, nil),
 		aheadBudget:      prometheus.NewDesc("quire_broker_read_ahead_bytes", "Bytes held by the read-ahead of every partition served here (bounded by the broker's read-ahead budget).", nil, nil),
 		tailCache:        prometheus.NewDesc("quire_broker_tail_cache_bytes", "Bytes held by the caches of recent entries of every partition and Pulsar topic served here (bounded by the broker's tail-cache budget).", nil, nil),
@@ -58,7 +60,7 @@ func newCollector(b *Broker) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadBytes, c.aheadBudget, c.tailCache, c.refused, c.writableBookies, c.compactRuns, c.compactFailures, c.compactReclaimed, c.dirtyRatio} {
+	for _, d := range []*prometheus.Desc{c.storage, c.ledgers, c.rollovers, c.rollFailures, c.trimmed, c.cacheHits, c.cacheMisses, c.hw, c.logStart, c.owned, c.loads, c.failures, c.inFlight, c.queuedTotal, c.busy, c.aheadHits, c.aheadFetched, c.aheadSkipped, c.aheadBytes, c.aheadBudget, c.tailCache, c.refused, c.writableBookies, c.compactRuns, c.compactFailures, c.compactReclaimed, c.dirtyRatio} {
 		ch <- d
 	}
 	c.pulsar.describe(ch)
@@ -110,6 +112,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.busy, float64(s.BusyRejected))
 		counter(c.aheadHits, float64(s.ReadAheadHits))
 		counter(c.aheadFetched, float64(s.ReadAheadFetched))
+		counter(c.aheadSkipped, float64(s.ReadAheadSkipped))
 		gauge(c.aheadBytes, float64(s.ReadAheadBytes))
 		if l.compacted.Load() {
 			runs, failures, dirty := l.compaction.snapshot()

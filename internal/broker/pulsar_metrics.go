@@ -235,6 +235,7 @@ func (c *collector) collectPulsar(ch chan<- prometheus.Metric) {
 		topic(c.cacheMisses, prometheus.CounterValue, float64(st.CacheMisses))
 		topic(c.aheadHits, prometheus.CounterValue, float64(st.ReadAheadHits))
 		topic(c.aheadFetched, prometheus.CounterValue, float64(st.ReadAheadFetched))
+		topic(c.aheadSkipped, prometheus.CounterValue, float64(st.ReadAheadSkipped))
 		topic(c.aheadBytes, prometheus.GaugeValue, float64(st.ReadAheadBytes))
 		topic(d.inMessages, prometheus.CounterValue, float64(fe.MsgIn))
 		topic(d.inBytes, prometheus.CounterValue, float64(fe.BytesIn))
