@@ -170,7 +170,7 @@ func (t *ManagedLedger) Read(ctx context.Context, from mlog.Position, maxEntries
 		missed += int64(len(payloads))
 	}
 	if t.readAhead != nil && len(out) > 0 {
-		if plan, ok := t.readAhead.observe(out[0].Pos, out[len(out)-1].Pos, missed > 0 || aheadHits > 0, t.reads.Add(1)); ok {
+		if plan, ok := t.readAhead.observe(out[0].Pos, out[len(out)-1].Pos, missed > 0 || aheadHits > 0, t.reads.Add(1), time.Now().UnixNano()); ok {
 			t.prefetch(plan)
 		}
 	}

@@ -24,8 +24,12 @@ import (
 // per managed ledger (Config.ReadAheadBytes) and, over every managed ledger
 // of a process, by a ReadAheadBudget; at either bound the read-ahead waits
 // (it fetches less, or nothing) — readers then read from the bookies as
-// without it, never an error. An entry leaves the buffer when a read takes
-// it or when newer read-ahead needs the room.
+// without it, never an error. An entry leaves the buffer when every reader
+// followed has passed it, when newer read-ahead needs the room, or when
+// another reader needs the budget and its own reader stopped: one not read
+// in readAheadIdleReads reads of its topic, or a topic not read for
+// readAheadIdle (entries held for nobody would otherwise hold the budget
+// until their reader came back).
 
 // ReadAheadBudget bounds the bytes held by the read-ahead buffers of every
 // managed ledger that shares it (one per broker).
@@ -33,11 +37,62 @@ type ReadAheadBudget struct {
 	size int64
 	sem  *semaphore.Weighted
 	used atomic.Int64
+
+	mu      sync.Mutex
+	members map[*readAhead]struct{} // the buffers that share it, to reclaim from idle ones
 }
 
 // NewReadAheadBudget returns a budget of size bytes.
 func NewReadAheadBudget(size int64) *ReadAheadBudget {
-	return &ReadAheadBudget{size: size, sem: semaphore.NewWeighted(size)}
+	return &ReadAheadBudget{size: size, sem: semaphore.NewWeighted(size), members: map[*readAhead]struct{}{}}
+}
+
+func (b *ReadAheadBudget) join(r *readAhead) {
+	b.mu.Lock()
+	b.members[r] = struct{}{}
+	b.mu.Unlock()
+}
+
+func (b *ReadAheadBudget) leave(r *readAhead) {
+	b.mu.Lock()
+	delete(b.members, r)
+	b.mu.Unlock()
+}
+
+// reclaimIdle empties the buffers of the other managed ledgers that no
+// read has used since idleSince (unix nanoseconds): what they hold was
+// fetched for readers that stopped, and would otherwise hold the budget
+// until one came back. A buffer being used at the moment (its lock taken)
+// is left alone, so two ledgers reclaiming at once never wait for each
+// other. It reports whether it gave any budget back.
+func (b *ReadAheadBudget) reclaimIdle(except *readAhead, idleSince int64) bool {
+	b.mu.Lock()
+	var idle []*readAhead
+	for r := range b.members {
+		if r != except && r.lastRead.Load() < idleSince {
+			idle = append(idle, r)
+		}
+	}
+	b.mu.Unlock()
+	freed := false
+	for _, r := range idle {
+		if !r.mu.TryLock() {
+			continue
+		}
+		busy := false
+		for _, s := range r.streams {
+			busy = busy || s.busy
+		}
+		if r.bytes > 0 && !busy {
+			// Its readers are forgotten too: one that comes back is
+			// read ahead of again from where it is.
+			r.clearLocked()
+			r.streams = nil
+			freed = true
+		}
+		r.mu.Unlock()
+	}
+	return freed
 }
 
 // InUse is the bytes held now.
@@ -77,6 +132,16 @@ const (
 	// readAheadFirstChunk is how many entries a fetch reads before it knows
 	// how large they are.
 	readAheadFirstChunk = 8
+	// readAheadIdleReads: a stream not read in this many reads of its
+	// managed ledger, while another is, holds its entries for nobody. A
+	// consumer reads each of its partitions once a fetch, so a stream
+	// this far behind in reads is one that stopped (or fetches thirty
+	// times less often than the others, and is read ahead of again from
+	// its next two reads).
+	readAheadIdleReads = 32
+	// readAheadIdle: a managed ledger not read for this long holds its
+	// read-ahead for nobody, once another one needs the budget.
+	readAheadIdle = 10 * time.Second
 )
 
 // readAhead is one managed ledger's read-ahead buffer and the sequential
@@ -100,6 +165,7 @@ type readAhead struct {
 	gen uint64
 
 	hits, fetched, skipped atomic.Int64
+	lastRead               atomic.Int64 // when a read last used it, unix nanoseconds
 }
 
 // readStream is a sequential reader: where its next read starts, and how
@@ -119,7 +185,9 @@ type readStream struct {
 }
 
 func newReadAhead(max int64, budget *ReadAheadBudget) *readAhead {
-	return &readAhead{max: max, budget: budget, entries: map[mlog.Position][]byte{}, avgEntry: 16 << 10}
+	r := &readAhead{max: max, budget: budget, entries: map[mlog.Position][]byte{}, avgEntry: 16 << 10}
+	budget.join(r)
+	return r
 }
 
 // get returns the entry at p, if the read-ahead holds it. The entry stays:
@@ -230,12 +298,18 @@ func (r *readAhead) compactLocked() {
 func (r *readAhead) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.clearLocked()
+	r.streams = nil
+	r.gen++
+}
+
+// clearLocked drops every entry held and gives their budget back.
+func (r *readAhead) clearLocked() {
 	for p, b := range r.entries {
 		r.budget.give(int64(len(b)))
 		delete(r.entries, p)
 	}
-	r.order, r.head, r.bytes, r.streams = nil, 0, 0, nil
-	r.gen++
+	r.order, r.head, r.bytes = nil, 0, 0
 }
 
 // ForgetReaders drops the read-ahead buffer and the readers it follows, for
@@ -258,13 +332,11 @@ func (r *readAhead) generation() uint64 {
 
 // drop empties the buffer (the managed ledger closed).
 func (r *readAhead) drop() {
+	r.budget.leave(r)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for p, b := range r.entries {
-		r.budget.give(int64(len(b)))
-		delete(r.entries, p)
-	}
-	r.order, r.head, r.bytes, r.closed = nil, 0, 0, true
+	r.clearLocked()
+	r.closed = true
 }
 
 // fetchPlan is what one background fetch should read: count entries after
@@ -280,7 +352,8 @@ type fetchPlan struct {
 // starting at from, and whether any of them came from the bookies or the
 // buffer (a reader behind the tail cache). It returns the fetch to start,
 // if the reader's stream needs one.
-func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) (fetchPlan, bool) {
+func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64, now int64) (fetchPlan, bool) {
+	r.lastRead.Store(now)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := mlog.Position{LedgerID: last.LedgerID, EntryID: last.EntryID + 1}
@@ -349,9 +422,17 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 	}
 	window := int(min(max(room/max(r.avgEntry, 1), readAheadMinEntries), readAheadMaxEntries))
 	reserve := room
-	for reserve > 0 && !r.budget.tryTake(reserve) {
+	taken := r.budget.tryTake(reserve)
+	if !taken && r.evictIdleLocked(tick) {
+		taken = r.budget.tryTake(reserve)
+	}
+	if !taken && r.budget.reclaimIdle(r, now-int64(readAheadIdle)) {
+		taken = r.budget.tryTake(reserve)
+	}
+	for !taken && reserve > 0 {
 		reserve /= 2
 		window /= 2
+		taken = r.budget.tryTake(reserve)
 	}
 	if window < 1 || reserve <= 0 {
 		// What is left of the budget holds no entry of this size: give
@@ -363,6 +444,47 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64) 
 	start := mlog.Position{LedgerID: s.fetchEnd.LedgerID, EntryID: s.fetchEnd.EntryID + 1}
 	s.busy, s.fetchFrom, s.fetchCount, s.progress = true, start, window, make(chan struct{})
 	return fetchPlan{s: s, from: start, count: window, reserve: reserve}, true
+}
+
+// evictIdleLocked drops the entries that no stream read in the last
+// readAheadIdleReads reads of this managed ledger holds (between where it
+// started its last read and what was fetched for it): fetched for a
+// reader that stopped, or for one no longer followed. It reports whether
+// it dropped any.
+func (r *readAhead) evictIdleLocked(tick uint64) bool {
+	var live []*readStream
+	for _, s := range r.streams {
+		if tick-s.lastUsed <= readAheadIdleReads || s.busy {
+			live = append(live, s)
+		}
+	}
+	r.streams = live // the others are forgotten with their entries
+	held := func(p mlog.Position) bool {
+		for _, s := range live {
+			if !p.Less(s.from) && !s.fetchEnd.Less(p) {
+				return true
+			}
+		}
+		return false
+	}
+	kept := r.order[:0]
+	dropped := false
+	for _, p := range r.order[r.head:] {
+		b, ok := r.entries[p]
+		if !ok {
+			continue
+		}
+		if held(p) {
+			kept = append(kept, p)
+			continue
+		}
+		delete(r.entries, p)
+		r.bytes -= int64(len(b))
+		r.budget.give(int64(len(b)))
+		dropped = true
+	}
+	r.order, r.head = kept, 0
+	return dropped
 }
 
 // aheadBytesLocked is the bytes held for s's reader from its next

@@ -343,7 +343,7 @@ func TestReadAheadRepeatedReadKeepsItsStream(t *testing.T) {
 	tick := uint64(0)
 	read := func(from, last int64) (fetchPlan, bool) {
 		tick++
-		return r.observe(at(from), at(last), true, tick)
+		return r.observe(at(from), at(last), true, tick, 0)
 	}
 	read(0, 0)
 	plan, ok := read(1, 1) // sequential: fetched ahead of
@@ -421,7 +421,7 @@ func TestReadAheadSkipGivesItsBudgetBack(t *testing.T) {
 	r.avgEntry = 200 << 10
 	at := func(e int64) mlog.Position { return mlog.Position{LedgerID: 7, EntryID: e} }
 	for e := range int64(10) {
-		if plan, ok := r.observe(at(e), at(e), true, uint64(e+1)); ok {
+		if plan, ok := r.observe(at(e), at(e), true, uint64(e+1), 0); ok {
 			t.Fatalf("read %d: a fetch of %d entries in %d bytes", e, plan.count, plan.reserve)
 		}
 	}
@@ -430,5 +430,102 @@ func TestReadAheadSkipGivesItsBudgetBack(t *testing.T) {
 	}
 	if r.skipped.Load() == 0 {
 		t.Fatal("no fetch was skipped")
+	}
+}
+
+// fillFor has stream reader's two sequential reads at entries 0 and 1 of
+// ledger start a fetch and lands entries of size bytes until the fetch's
+// reservation is used; it returns how many landed.
+func fillFor(t *testing.T, r *readAhead, ledger int64, size int, tick uint64, now int64) int {
+	t.Helper()
+	at := func(e int64) mlog.Position { return mlog.Position{LedgerID: ledger, EntryID: e} }
+	r.observe(at(0), at(0), true, tick, now)
+	plan, ok := r.observe(at(1), at(1), true, tick+1, now)
+	if !ok {
+		t.Fatalf("ledger %d: the second sequential read started no fetch", ledger)
+	}
+	var es []Entry
+	for i := int64(0); int64(len(es)+1)*int64(size) <= plan.reserve; i++ {
+		es = append(es, Entry{Pos: at(plan.from.EntryID + i), Payload: make([]byte, size)})
+	}
+	r.land(plan.s, es, int64(len(es)*size), r.generation())
+	r.budget.give(plan.reserve - int64(len(es)*size))
+	r.fetchDone(plan.s, es[len(es)-1].Pos, true)
+	return len(es)
+}
+
+// TestReadAheadEvictsAStoppedReadersEntries: a reader that stopped (a
+// consumer that went away) leaves its read-ahead in the buffer; once the
+// broker's budget is spent, a reader of the same topic elsewhere is read
+// ahead of with the room those entries held, where it was skipped until
+// the stopped reader came back and passed them.
+func TestReadAheadEvictsAStoppedReadersEntries(t *testing.T) {
+	const size = 4 << 10
+	budget := NewReadAheadBudget(64 * size)
+	r := newReadAhead(64*size, budget)
+	r.avgEntry = size
+	if n := fillFor(t, r, 7, size, 1, 0); n < 48 {
+		t.Fatalf("the first reader's fetch landed %d entries", n)
+	}
+	if budget.InUse() < 48*size {
+		t.Fatalf("budget in use %d", budget.InUse())
+	}
+	// Another reader, far later in this topic's reads: the first one's
+	// entries are held for nobody.
+	tick := uint64(2 + readAheadIdleReads + 1)
+	at := func(e int64) mlog.Position { return mlog.Position{LedgerID: 3, EntryID: e} }
+	r.observe(at(0), at(0), true, tick, 0)
+	plan, ok := r.observe(at(1), at(1), true, tick+1, 0)
+	if !ok || plan.reserve < 32*size {
+		t.Fatalf("the second reader's fetch: %v, reserve %d (skipped %d)", ok, plan.reserve, r.skipped.Load())
+	}
+	if len(r.streams) != 1 {
+		t.Fatalf("%d streams followed, want the second reader's alone", len(r.streams))
+	}
+}
+
+// TestReadAheadReclaimsAnIdleTopicsBudget: a topic whose readers all
+// stopped keeps its read-ahead only until another topic needs the budget
+// and the first has not been read for readAheadIdle; a topic read within
+// that keeps it.
+func TestReadAheadReclaimsAnIdleTopicsBudget(t *testing.T) {
+	const size = 4 << 10
+	budget := NewReadAheadBudget(64 * size)
+	idle := newReadAhead(64*size, budget)
+	idle.avgEntry = size
+	fillFor(t, idle, 7, size, 1, 0)
+	held := budget.InUse()
+	if held < 48*size {
+		t.Fatalf("budget in use %d", held)
+	}
+	other := newReadAhead(64*size, budget)
+	other.avgEntry = size
+	at := func(e int64) mlog.Position { return mlog.Position{LedgerID: 9, EntryID: e} }
+	// Read soon after: the first topic keeps what it holds.
+	soon := int64(readAheadIdle) / 2
+	other.observe(at(0), at(0), true, 1, soon)
+	if plan, ok := other.observe(at(1), at(1), true, 2, soon); ok && plan.reserve > budget.Size()-held {
+		t.Fatalf("took %d of a budget with %d left", plan.reserve, budget.Size()-held)
+	} else if ok {
+		budget.give(plan.reserve)
+		other.fetchDone(plan.s, plan.from, false)
+	}
+	if idle.bytes == 0 {
+		t.Fatal("a topic read within readAheadIdle lost its read-ahead")
+	}
+	// Read after readAheadIdle: its budget is reclaimed.
+	late := int64(readAheadIdle) + 1
+	plan, ok := other.observe(at(2), at(2), true, 3, late)
+	if !ok || plan.reserve < 32*size {
+		t.Fatalf("after the first topic went idle: %v, reserve %d", ok, plan.reserve)
+	}
+	if idle.bytes != 0 || len(idle.streams) != 0 {
+		t.Fatalf("the idle topic still holds %d bytes, %d streams", idle.bytes, len(idle.streams))
+	}
+	idle.drop()
+	other.drop()
+	budget.give(plan.reserve)
+	if budget.InUse() != 0 {
+		t.Fatalf("budget in use %d after both dropped", budget.InUse())
 	}
 }
