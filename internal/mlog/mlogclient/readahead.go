@@ -40,6 +40,10 @@ type ReadAheadBudget struct {
 
 	mu      sync.Mutex
 	members map[*readAhead]struct{} // the buffers that share it, to reclaim from idle ones
+	// lastScan is when reclaimIdle last looked at them (unix nanoseconds):
+	// at most once per reclaimInterval, however many reads find the
+	// budget spent.
+	lastScan atomic.Int64
 }
 
 // NewReadAheadBudget returns a budget of size bytes.
@@ -60,12 +64,17 @@ func (b *ReadAheadBudget) leave(r *readAhead) {
 }
 
 // reclaimIdle empties the buffers of the other managed ledgers that no
-// read has used since idleSince (unix nanoseconds): what they hold was
-// fetched for readers that stopped, and would otherwise hold the budget
-// until one came back. A buffer being used at the moment (its lock taken)
+// read has used in the readAheadIdle before now (unix nanoseconds): what
+// they hold was fetched for readers that stopped, and would otherwise hold
+// the budget until one came back. A buffer being used at the moment (its lock taken)
 // is left alone, so two ledgers reclaiming at once never wait for each
 // other. It reports whether it gave any budget back.
-func (b *ReadAheadBudget) reclaimIdle(except *readAhead, idleSince int64) bool {
+func (b *ReadAheadBudget) reclaimIdle(except *readAhead, now int64) bool {
+	last := b.lastScan.Load()
+	if now-last < int64(reclaimInterval) || !b.lastScan.CompareAndSwap(last, now) {
+		return false
+	}
+	idleSince := now - int64(readAheadIdle)
 	b.mu.Lock()
 	var idle []*readAhead
 	for r := range b.members {
@@ -142,6 +151,8 @@ const (
 	// readAheadIdle: a managed ledger not read for this long holds its
 	// read-ahead for nobody, once another one needs the budget.
 	readAheadIdle = 10 * time.Second
+	// reclaimInterval bounds how often the idle buffers are looked for.
+	reclaimInterval = 100 * time.Millisecond
 )
 
 // readAhead is one managed ledger's read-ahead buffer and the sequential
@@ -426,7 +437,7 @@ func (r *readAhead) observe(from, last mlog.Position, behind bool, tick uint64, 
 	if !taken && r.evictIdleLocked(tick) {
 		taken = r.budget.tryTake(reserve)
 	}
-	if !taken && r.budget.reclaimIdle(r, now-int64(readAheadIdle)) {
+	if !taken && r.budget.reclaimIdle(r, now) {
 		taken = r.budget.tryTake(reserve)
 	}
 	for !taken && reserve > 0 {
